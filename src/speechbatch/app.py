@@ -1,0 +1,98 @@
+"""The app factory: the only place the application is assembled."""
+
+from __future__ import annotations
+
+import atexit
+import logging
+from dataclasses import dataclass
+from pathlib import Path
+
+from flask import Flask
+from flask_wtf.csrf import CSRFProtect
+from sqlalchemy import Engine
+
+from .config import Settings
+from .db import make_engine, make_session_factory
+from .providers import build_provider
+from .providers.base import TTSProvider
+from .runner import Runner, drain_all
+from .services import Limits
+from .storage import LocalStorage
+from .uow import UnitOfWork, UowFactory
+
+TEMPLATES_DIR = Path(__file__).resolve().parents[2] / "templates"
+STATIC_DIR = Path(__file__).resolve().parent / "static"
+csrf = CSRFProtect()
+
+
+@dataclass
+class Services:
+    """What request handlers and CLI commands need, built once per app."""
+
+    settings: Settings
+    engine: Engine
+    uow_factory: UowFactory
+    provider: TTSProvider
+    storage: LocalStorage
+    runner: Runner
+
+    @property
+    def limits(self) -> Limits:
+        """Job limits for the configured provider."""
+        return Limits(voices=self.provider.voices, max_chars=self.provider.max_chars)
+
+
+def create_app(settings: Settings | None = None, *, provider: TTSProvider | None = None) -> Flask:
+    """Build the Flask app from settings (the environment's when none are given)."""
+    settings = settings or Settings.from_env()
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
+    logging.getLogger("alembic").setLevel(logging.WARNING)
+    if settings.is_sqlite:
+        db_path = settings.database_url.removeprefix("sqlite:///")
+        if db_path and db_path != ":memory:":
+            Path(db_path).parent.mkdir(parents=True, exist_ok=True)
+    app = Flask(
+        __name__,
+        template_folder=str(TEMPLATES_DIR),
+        static_folder=str(STATIC_DIR),
+        instance_relative_config=False,
+    )
+    app.config.update(
+        SECRET_KEY=settings.secret_key,
+        MAX_CONTENT_LENGTH=settings.max_content_length,
+        SESSION_COOKIE_HTTPONLY=True,
+        SESSION_COOKIE_SAMESITE="Lax",
+        SESSION_COOKIE_SECURE=settings.env == "production",
+        WTF_CSRF_TIME_LIMIT=None,
+    )
+    engine = make_engine(settings.database_url)
+    session_factory = make_session_factory(engine)
+
+    def uow_factory() -> UnitOfWork:
+        return UnitOfWork(session_factory)
+
+    provider = provider or build_provider(settings)
+    storage = LocalStorage(settings.storage_dir)
+    runner = Runner(uow_factory, provider, storage, settings)
+    app.extensions["speechbatch"] = Services(
+        settings=settings,
+        engine=engine,
+        uow_factory=uow_factory,
+        provider=provider,
+        storage=storage,
+        runner=runner,
+    )
+    app.json.sort_keys = False  # type: ignore[attr-defined]
+    csrf.init_app(app)
+
+    from .cli import register_cli
+    from .web import api, errors, pages
+
+    app.register_blueprint(api.bp)
+    csrf.exempt(api.bp)  # the API checks X-CSRFToken itself for session-authenticated writes
+    app.register_blueprint(pages.bp)
+    errors.register(app)
+    register_cli(app)
+    # Processes not run by gunicorn (flask run) still end their runs as INTERRUPTED.
+    atexit.register(drain_all, 5.0)
+    return app

@@ -1,0 +1,58 @@
+"""Flask CLI commands: db upgrade, create-admin, create-token, recover."""
+
+from __future__ import annotations
+
+import click
+from flask import Flask, current_app
+
+from . import services as svc
+from .errors import SpeechbatchError
+from .migrate import upgrade
+
+
+def _services():  # type: ignore[no-untyped-def]
+    return current_app.extensions["speechbatch"]
+
+
+def register_cli(app: Flask) -> None:
+    """Register the commands on the app."""
+
+    @app.cli.group("db")
+    def db() -> None:
+        """Database schema commands."""
+
+    @db.command("upgrade")
+    def db_upgrade() -> None:
+        """Apply the Alembic migrations (idempotent)."""
+        upgrade(_services().settings.database_url)
+        click.echo("database is at the latest revision")
+
+    @app.cli.command("create-admin")
+    @click.option("--org", required=True, help="organization slug (created if missing)")
+    @click.option("--email", required=True)
+    @click.option("--password", required=True)
+    def create_admin(org: str, email: str, password: str) -> None:
+        """Create an admin user (and the organization if missing)."""
+        try:
+            user_id = svc.create_admin(_services().uow_factory, org, email, password)
+        except SpeechbatchError as exc:
+            raise click.ClickException(exc.message) from None
+        click.echo(f"created admin {email} (id {user_id}) in organization {org}")
+
+    @app.cli.command("create-token")
+    @click.option("--email", required=True)
+    def create_token(email: str) -> None:
+        """Create an API token; it is printed alone on the last line."""
+        try:
+            token = svc.create_token(_services().uow_factory, email)
+        except SpeechbatchError as exc:
+            raise click.ClickException(exc.message) from None
+        click.echo(f"API token for {email} (shown once, stored hashed):")
+        click.echo(token)
+
+    @app.cli.command("recover")
+    def recover() -> None:
+        """Recover every organization's dead jobs now."""
+        s = _services()
+        count = svc.recover_all(s.uow_factory, s.settings)
+        click.echo(f"recovered {count} job(s)")

@@ -1,0 +1,123 @@
+"""Settings: one frozen object built from the environment by the app factory."""
+
+from __future__ import annotations
+
+import os
+import secrets
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from urllib.parse import urlsplit
+
+from .errors import ConfigError
+
+PROVIDERS = ("espeak", "openai")
+OPENAI_VOICES = (
+    "alloy", "ash", "ballad", "coral", "echo", "fable", "nova", "onyx", "sage", "shimmer", "verse",
+)  # fmt: skip
+DEFAULT_INSTANCE_DIR = Path("instance")
+
+
+@dataclass(frozen=True)
+class Settings:
+    """Everything the app reads from its environment, validated once at start."""
+
+    database_url: str = "sqlite:///" + str((DEFAULT_INSTANCE_DIR / "speechbatch.db").resolve())
+    secret_key: str = field(default_factory=lambda: secrets.token_hex(32))
+    env: str = "development"
+    tts_provider: str = "espeak"
+    tts_base_url: str = "https://api.openai.com/v1"
+    tts_api_key: str | None = field(default=None, repr=False)
+    tts_model: str = "gpt-4o-mini-tts"
+    tts_voices: tuple[str, ...] = OPENAI_VOICES
+    lease_seconds: float = 1800.0
+    worker_dead_seconds: float = 60.0
+    item_concurrency: int = 4
+    tts_timeout_seconds: float = 60.0
+    tts_max_attempts: int = 4
+    storage_dir: str = str((DEFAULT_INSTANCE_DIR / "audio").resolve())
+    max_content_length: int = 25 * 1024 * 1024
+    export_lock_ttl_seconds: float = 60.0
+
+    @property
+    def item_worst_case_seconds(self) -> float:
+        """Longest one item may take: every attempt times out and every wait is capped."""
+        attempts = self.tts_max_attempts
+        return attempts * self.tts_timeout_seconds + (attempts - 1) * self.tts_timeout_seconds
+
+    @property
+    def is_sqlite(self) -> bool:
+        """Whether the database is the embedded SQLite default."""
+        return self.database_url.startswith("sqlite")
+
+    def validate(self) -> Settings:
+        """Raise ConfigError naming the variable when a value cannot work."""
+        if self.tts_provider not in PROVIDERS:
+            raise ConfigError(
+                f"SPEECHBATCH_TTS_PROVIDER must be one of {', '.join(PROVIDERS)}, "
+                f"not {self.tts_provider!r}"
+            )
+        url = urlsplit(self.tts_base_url)
+        if url.scheme not in ("http", "https") or not url.netloc:
+            raise ConfigError(
+                f"SPEECHBATCH_TTS_BASE_URL must be an http(s) URL, not {self.tts_base_url!r}"
+            )
+        if not self.database_url.startswith(("sqlite", "postgresql")):
+            raise ConfigError(
+                "SPEECHBATCH_DATABASE_URL must be a sqlite:// or postgresql+psycopg:// URL"
+            )
+        if self.tts_provider == "openai" and not self.tts_voices:
+            raise ConfigError("SPEECHBATCH_TTS_VOICES must name at least one voice")
+        if self.tts_timeout_seconds <= 0:
+            raise ConfigError("SPEECHBATCH_TTS_TIMEOUT_SECONDS must be positive")
+        if self.tts_max_attempts < 1:
+            raise ConfigError("SPEECHBATCH_TTS_MAX_ATTEMPTS must be at least 1")
+        if self.item_concurrency < 1:
+            raise ConfigError("SPEECHBATCH_ITEM_CONCURRENCY must be at least 1")
+        if self.worker_dead_seconds <= 0:
+            raise ConfigError("SPEECHBATCH_WORKER_DEAD_SECONDS must be positive")
+        if self.lease_seconds <= self.item_worst_case_seconds:
+            raise ConfigError(
+                f"SPEECHBATCH_LEASE_SECONDS ({self.lease_seconds:g}) must be longer than one "
+                f"item's worst case ({self.item_worst_case_seconds:g} s = attempts x timeout "
+                "+ waits between attempts)"
+            )
+        if self.env == "production" and not os.environ.get("SPEECHBATCH_SECRET_KEY"):
+            raise ConfigError("SPEECHBATCH_SECRET_KEY is required when SPEECHBATCH_ENV=production")
+        return self
+
+    @classmethod
+    def from_env(cls, environ: Mapping[str, str] | None = None) -> Settings:
+        """Build and validate settings from SPEECHBATCH_* variables."""
+        env = os.environ if environ is None else environ
+        values: dict[str, object] = {}
+
+        def number(name: str, kind: type[int] | type[float]) -> None:
+            var = "SPEECHBATCH_" + name.upper()
+            raw = env.get(var)
+            if raw is None or raw.strip() == "":
+                return
+            try:
+                values[name] = kind(raw)
+            except ValueError:
+                raise ConfigError(f"{var} must be a number, not {raw!r}") from None
+
+        for name in ("database_url", "secret_key", "env", "tts_base_url", "tts_api_key",
+                     "tts_model", "storage_dir"):  # fmt: skip
+            raw = env.get("SPEECHBATCH_" + name.upper())
+            if raw:
+                values[name] = raw.strip()
+        provider = env.get("SPEECHBATCH_TTS_PROVIDER")
+        if provider:
+            values["tts_provider"] = provider.strip().lower()
+        voices = env.get("SPEECHBATCH_TTS_VOICES")
+        if voices:
+            values["tts_voices"] = tuple(v.strip() for v in voices.split(",") if v.strip())
+        for name in ("lease_seconds", "worker_dead_seconds", "tts_timeout_seconds"):
+            number(name, float)
+        for name in ("item_concurrency", "tts_max_attempts"):
+            number(name, int)
+        settings = cls(**values)  # type: ignore[arg-type]
+        if settings.env == "production" and "secret_key" not in values:
+            raise ConfigError("SPEECHBATCH_SECRET_KEY is required when SPEECHBATCH_ENV=production")
+        return settings.validate()

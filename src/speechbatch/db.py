@@ -1,0 +1,157 @@
+"""Engine and session setup, timestamp type and the database's clock.
+
+Every lease computation uses the database's clock (``clock_timestamp()`` on PostgreSQL),
+never a web server's, so several machines with skewed clocks agree.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Any
+
+from sqlalchemy import DateTime, Engine, MetaData, create_engine, event, literal
+from sqlalchemy.engine import Dialect
+from sqlalchemy.ext.compiler import compiles
+from sqlalchemy.orm import DeclarativeBase, sessionmaker
+from sqlalchemy.pool import NullPool
+from sqlalchemy.sql.compiler import SQLCompiler
+from sqlalchemy.sql.expression import ColumnElement, FunctionElement
+from sqlalchemy.types import TypeDecorator
+
+NAMING_CONVENTION = {
+    "ix": "ix_%(column_0_label)s",
+    "uq": "uq_%(table_name)s_%(column_0_name)s",
+    "ck": "ck_%(table_name)s_%(constraint_name)s",
+    "fk": "fk_%(table_name)s_%(column_0_name)s_%(referred_table_name)s",
+    "pk": "pk_%(table_name)s",
+}
+
+# A session that a frozen process left open must not hold a job's row for long, and a
+# read that cannot take a row quickly answers the state as it is (see recovery).
+PG_SESSION_OPTIONS = (
+    "-c lock_timeout=2000 -c statement_timeout=30000 -c idle_in_transaction_session_timeout=10000"
+)
+SQLITE_BUSY_TIMEOUT_MS = 30000
+# SQLAlchemy stores SQLite datetimes as text with six fractional digits; the clock below
+# writes the same shape so that stored and computed timestamps compare as text.
+_SQLITE_NOW = "strftime('%Y-%m-%d %H:%M:%f000', 'now')"
+
+
+class Base(DeclarativeBase):
+    """Declarative base with a naming convention so every constraint has a stable name."""
+
+    metadata = MetaData(naming_convention=NAMING_CONVENTION)
+
+
+class UTCDateTime(TypeDecorator[datetime]):
+    """A timezone-aware UTC timestamp on every backend (SQLite stores naive text)."""
+
+    impl = DateTime(timezone=True)
+    cache_ok = True
+
+    def process_bind_param(self, value: datetime | None, dialect: Dialect) -> datetime | None:
+        if value is None:
+            return None
+        if value.tzinfo is None:
+            raise ValueError("naive datetime given to a UTC column")
+        value = value.astimezone(UTC)
+        return value.replace(tzinfo=None) if dialect.name == "sqlite" else value
+
+    def process_result_value(self, value: datetime | None, dialect: Dialect) -> datetime | None:
+        if value is None:
+            return None
+        if value.tzinfo is None:
+            return value.replace(tzinfo=UTC)
+        return value.astimezone(UTC)
+
+
+class db_now(FunctionElement[datetime]):
+    """The database's current time (real time, not the transaction's start)."""
+
+    type = UTCDateTime()
+    inherit_cache = True
+
+
+@compiles(db_now, "postgresql")
+def _pg_now(element: db_now, compiler: SQLCompiler, **kw: Any) -> str:
+    return "clock_timestamp()"
+
+
+@compiles(db_now, "sqlite")
+def _sqlite_now(element: db_now, compiler: SQLCompiler, **kw: Any) -> str:
+    return _SQLITE_NOW
+
+
+class seconds_ago(FunctionElement[datetime]):
+    """The database's current time minus a number of seconds."""
+
+    type = UTCDateTime()
+    inherit_cache = True
+
+
+@compiles(seconds_ago, "postgresql")
+def _pg_ago(element: seconds_ago, compiler: SQLCompiler, **kw: Any) -> str:
+    (arg,) = element.clauses
+    return f"(clock_timestamp() - make_interval(secs => {compiler.process(arg, **kw)}))"
+
+
+@compiles(seconds_ago, "sqlite")
+def _sqlite_ago(element: seconds_ago, compiler: SQLCompiler, **kw: Any) -> str:
+    (arg,) = element.clauses
+    return (
+        "strftime('%Y-%m-%d %H:%M:%f000', 'now', "
+        f"'-' || {compiler.process(arg, **kw)} || ' seconds')"
+    )
+
+
+def ago(seconds: float) -> ColumnElement[datetime]:
+    """The database's time ``seconds`` ago, for lease cut-offs."""
+    return seconds_ago(literal(float(seconds)))
+
+
+def make_engine(url: str, *, pool: bool = True) -> Engine:
+    """Create the engine with the per-backend session safety settings."""
+    kwargs: dict[str, Any] = {}
+    if url.startswith("sqlite"):
+        kwargs["connect_args"] = {
+            "check_same_thread": False,
+            "timeout": SQLITE_BUSY_TIMEOUT_MS / 1000,
+        }
+        engine = create_engine(url, **kwargs)
+        _make_sqlite_immediate(engine)
+        return engine
+    kwargs["connect_args"] = {"options": PG_SESSION_OPTIONS}
+    kwargs["pool_pre_ping"] = True
+    if pool:
+        kwargs.update(pool_size=10, max_overflow=20, pool_timeout=10)
+    else:
+        kwargs["poolclass"] = NullPool
+    return create_engine(url, **kwargs)
+
+
+def _make_sqlite_immediate(engine: Engine) -> None:
+    """Make every SQLite transaction take the write lock at BEGIN.
+
+    In WAL mode a transaction that reads and then writes fails at once with "database
+    is locked" when another connection wrote in between; BEGIN IMMEDIATE makes it wait
+    for the lock (busy timeout) instead, so read-then-write units of work are safe.
+    """
+
+    @event.listens_for(engine, "connect")
+    def _connect(dbapi_connection: Any, connection_record: Any) -> None:
+        dbapi_connection.isolation_level = None
+        cursor = dbapi_connection.cursor()
+        cursor.execute("PRAGMA journal_mode=WAL")
+        cursor.execute(f"PRAGMA busy_timeout={SQLITE_BUSY_TIMEOUT_MS}")
+        cursor.execute("PRAGMA foreign_keys=ON")
+        cursor.execute("PRAGMA synchronous=NORMAL")
+        cursor.close()
+
+    @event.listens_for(engine, "begin")
+    def _begin(conn: Any) -> None:
+        conn.exec_driver_sql("BEGIN IMMEDIATE")
+
+
+def make_session_factory(engine: Engine) -> sessionmaker[Any]:
+    """Sessions that never expire loaded state behind the caller's back."""
+    return sessionmaker(bind=engine, expire_on_commit=False, future=True)

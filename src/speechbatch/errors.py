@@ -1,0 +1,94 @@
+"""One exception hierarchy for the whole product.
+
+Each class's docstring is its default message; ``code`` and ``status`` are what the
+HTTP layer answers with, so the table of statuses lives here and nowhere else.
+"""
+
+from __future__ import annotations
+
+
+class SpeechbatchError(Exception):
+    """Something went wrong."""
+
+    code = "internal_error"
+    status = 500
+
+    def __init__(self, message: str | None = None) -> None:
+        self.message = message or (self.__doc__ or self.code).strip()
+        super().__init__(self.message)
+
+
+class ConfigError(SpeechbatchError):
+    """The configuration is invalid."""
+
+    code = "config_error"
+
+
+class BadRequest(SpeechbatchError):
+    """The request is malformed."""
+
+    code = "bad_request"
+    status = 400
+
+
+class Unauthorized(SpeechbatchError):
+    """Authentication is required."""
+
+    code = "unauthorized"
+    status = 401
+
+
+class NotFound(SpeechbatchError):
+    """Not found."""
+
+    code = "not_found"
+    status = 404
+
+
+class ValidationError(SpeechbatchError):
+    """The input is invalid."""
+
+    code = "validation_error"
+    status = 422
+
+    def __init__(self, message: str | None = None, field: str | None = None) -> None:
+        super().__init__(message)
+        self.field = field
+
+
+class Conflict(SpeechbatchError):
+    """The request conflicts with the current state."""
+
+    code = "conflict"
+    status = 409
+
+
+class AlreadyGenerating(Conflict):
+    """This job is already generating; wait for it to finish."""
+
+    code = "already_generating"
+
+
+class NothingToGenerate(Conflict):
+    """Every item of this job already has its audio; use regenerate to pay for all again."""
+
+    code = "nothing_to_generate"
+
+
+class ExportInProgress(Conflict):
+    """Another export of this organization is running."""
+
+    code = "export_in_progress"
+
+
+class LockHeld(SpeechbatchError):
+    """The organization-level lock is held by a live holder."""
+
+    code = "lock_held"
+    status = 409
+
+
+class Fenced(SpeechbatchError):
+    """This run was declared dead or superseded; it may write nothing more."""
+
+    code = "fenced"

@@ -1,0 +1,186 @@
+"""The schema, as typed SQLAlchemy models. Migrations in ``migrations/`` must match it."""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+from sqlalchemy import BigInteger, ForeignKey, Index, Integer, String, Text, UniqueConstraint, text
+from sqlalchemy.orm import Mapped, mapped_column
+
+from .db import Base, UTCDateTime, db_now
+
+# BIGINT on PostgreSQL, but INTEGER on SQLite so the column stays the rowid alias.
+Id = BigInteger().with_variant(Integer(), "sqlite")
+
+
+class JobStatus:
+    """Job states."""
+
+    PENDING = "PENDING"
+    GENERATING = "GENERATING"
+    COMPLETED = "COMPLETED"
+    FAILED = "FAILED"
+
+
+class ItemStatus:
+    """Item states."""
+
+    PENDING = "PENDING"
+    GENERATING = "GENERATING"
+    DONE = "DONE"
+    ERROR = "ERROR"
+
+
+class RunOutcome:
+    """How a run ended (RUNNING while it is live)."""
+
+    RUNNING = "RUNNING"
+    COMPLETED = "COMPLETED"
+    FAILED = "FAILED"
+    INTERRUPTED = "INTERRUPTED"
+    RECOVERED = "RECOVERED"
+
+
+class Organization(Base):
+    __tablename__ = "organizations"
+
+    id: Mapped[int] = mapped_column(Id, primary_key=True)
+    slug: Mapped[str] = mapped_column(String(100), unique=True)
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime(), server_default=db_now())
+
+
+class User(Base):
+    __tablename__ = "users"
+
+    id: Mapped[int] = mapped_column(Id, primary_key=True)
+    organization_id: Mapped[int] = mapped_column(Id, ForeignKey("organizations.id"), index=True)
+    email: Mapped[str] = mapped_column(String(320), unique=True)
+    password_hash: Mapped[str] = mapped_column(String(300))
+    is_admin: Mapped[bool] = mapped_column(default=True)
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime(), server_default=db_now())
+
+
+class ApiToken(Base):
+    __tablename__ = "api_tokens"
+
+    id: Mapped[int] = mapped_column(Id, primary_key=True)
+    user_id: Mapped[int] = mapped_column(Id, ForeignKey("users.id"), index=True)
+    # Only the SHA-256 of the token is stored; the token itself is shown once.
+    token_hash: Mapped[str] = mapped_column(String(64), unique=True)
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime(), server_default=db_now())
+
+
+class Worker(Base):
+    """One row per process start: a respawned process is a new worker."""
+
+    __tablename__ = "workers"
+
+    id: Mapped[int] = mapped_column(Id, primary_key=True)
+    hostname: Mapped[str] = mapped_column(String(255))
+    pid: Mapped[int] = mapped_column(Integer)
+    started_at: Mapped[datetime] = mapped_column(UTCDateTime(), server_default=db_now())
+    heartbeat_at: Mapped[datetime] = mapped_column(UTCDateTime(), server_default=db_now())
+    stopped_at: Mapped[datetime | None] = mapped_column(UTCDateTime())
+
+
+class Job(Base):
+    __tablename__ = "jobs"
+    __table_args__ = (
+        Index("ix_jobs_organization_id_id", "organization_id", "id"),
+        # Recovery scans only live jobs.
+        Index("ix_jobs_status", "status"),
+    )
+
+    id: Mapped[int] = mapped_column(Id, primary_key=True)
+    organization_id: Mapped[int] = mapped_column(Id, ForeignKey("organizations.id"))
+    created_by_id: Mapped[int | None] = mapped_column(Id, ForeignKey("users.id"))
+    title: Mapped[str] = mapped_column(String(200))
+    voice: Mapped[str] = mapped_column(String(100))
+    status: Mapped[str] = mapped_column(String(20), default=JobStatus.PENDING)
+    attempt: Mapped[int] = mapped_column(Integer, default=0)
+    error_message: Mapped[str | None] = mapped_column(Text)
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime(), server_default=db_now())
+    updated_at: Mapped[datetime] = mapped_column(UTCDateTime(), server_default=db_now())
+    started_at: Mapped[datetime | None] = mapped_column(UTCDateTime())
+    finished_at: Mapped[datetime | None] = mapped_column(UTCDateTime())
+
+
+class Item(Base):
+    __tablename__ = "items"
+    __table_args__ = (
+        UniqueConstraint("job_id", "position", name="uq_items_job_id_position"),
+        # Progress counts per job are an index-only scan.
+        Index("ix_items_job_id_status", "job_id", "status"),
+        # The newest progress signal of a job is one index probe, however many items.
+        Index("ix_items_job_id_updated_at", "job_id", "updated_at"),
+    )
+
+    id: Mapped[int] = mapped_column(Id, primary_key=True)
+    job_id: Mapped[int] = mapped_column(Id, ForeignKey("jobs.id", ondelete="CASCADE"))
+    position: Mapped[int] = mapped_column(Integer)
+    text: Mapped[str] = mapped_column(Text)
+    status: Mapped[str] = mapped_column(String(20), default=ItemStatus.PENDING)
+    error_message: Mapped[str | None] = mapped_column(Text)
+    audio_path: Mapped[str | None] = mapped_column(String(500))
+    audio_bytes: Mapped[int | None] = mapped_column(Integer)
+    audio_sha256: Mapped[str | None] = mapped_column(String(64))
+    updated_at: Mapped[datetime] = mapped_column(UTCDateTime(), server_default=db_now())
+
+
+class Run(Base):
+    """One row per attempt of a job: who started it, where it ran, how it ended."""
+
+    __tablename__ = "runs"
+    __table_args__ = (UniqueConstraint("job_id", "attempt", name="uq_runs_job_id_attempt"),)
+
+    id: Mapped[int] = mapped_column(Id, primary_key=True)
+    job_id: Mapped[int] = mapped_column(Id, ForeignKey("jobs.id", ondelete="CASCADE"))
+    attempt: Mapped[int] = mapped_column(Integer)
+    kind: Mapped[str] = mapped_column(String(20), default="generate")
+    started_by_id: Mapped[int | None] = mapped_column(Id, ForeignKey("users.id"))
+    worker_id: Mapped[int | None] = mapped_column(Id, ForeignKey("workers.id"), index=True)
+    outcome: Mapped[str] = mapped_column(String(20), default=RunOutcome.RUNNING)
+    started_at: Mapped[datetime] = mapped_column(UTCDateTime(), server_default=db_now())
+    finished_at: Mapped[datetime | None] = mapped_column(UTCDateTime())
+    error_message: Mapped[str | None] = mapped_column(Text)
+
+
+class JobLock(Base):
+    """Organization-level leases; the id of a grant is its fencing token."""
+
+    __tablename__ = "job_locks"
+    __table_args__ = (
+        Index(
+            "uq_job_locks_live",
+            "organization_id",
+            "job_type",
+            unique=True,
+            postgresql_where=text("released_at IS NULL"),
+            sqlite_where=text("released_at IS NULL"),
+        ),
+    )
+
+    id: Mapped[int] = mapped_column(Id, primary_key=True)
+    organization_id: Mapped[int] = mapped_column(Id)
+    job_type: Mapped[str] = mapped_column(Text)
+    holder: Mapped[str] = mapped_column(Text)
+    acquired_at: Mapped[datetime] = mapped_column(UTCDateTime(), server_default=db_now())
+    expires_at: Mapped[datetime] = mapped_column(UTCDateTime())
+    released_at: Mapped[datetime | None] = mapped_column(UTCDateTime())
+
+
+class Export(Base):
+    """An organization's audio archive being built under the ``audio_export`` lock."""
+
+    __tablename__ = "exports"
+    __table_args__ = (Index("ix_exports_organization_id_id", "organization_id", "id"),)
+
+    id: Mapped[int] = mapped_column(Id, primary_key=True)
+    organization_id: Mapped[int] = mapped_column(Id, ForeignKey("organizations.id"))
+    created_by_id: Mapped[int | None] = mapped_column(Id, ForeignKey("users.id"))
+    lock_id: Mapped[int | None] = mapped_column(Id, ForeignKey("job_locks.id"))
+    status: Mapped[str] = mapped_column(String(20), default="RUNNING")
+    error_message: Mapped[str | None] = mapped_column(Text)
+    file_path: Mapped[str | None] = mapped_column(String(500))
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime(), server_default=db_now())
+    finished_at: Mapped[datetime | None] = mapped_column(UTCDateTime())

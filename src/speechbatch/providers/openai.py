@@ -1,0 +1,137 @@
+"""Any OpenAI-compatible HTTP text-to-speech API (``POST {base}/audio/speech``)."""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from collections.abc import Sequence
+from email.utils import parsedate_to_datetime
+
+import requests
+
+from .base import PermanentProviderError, RetryableProviderError
+
+_MAX_MESSAGE = 500
+
+
+def parse_retry_after(value: str | None, now: float | None = None) -> float | None:
+    """Seconds to wait from a Retry-After header (delta-seconds or HTTP-date), or None."""
+    if value is None or not value.strip():
+        return None
+    value = value.strip()
+    try:
+        seconds = float(value)
+    except ValueError:
+        try:
+            when = parsedate_to_datetime(value)
+        except (TypeError, ValueError, IndexError):
+            return None
+        if when.tzinfo is None:  # an HTTP-date is always GMT
+            return None
+        seconds = when.timestamp() - (time.time() if now is None else now)
+    if seconds != seconds:  # NaN
+        return None
+    return max(0.0, seconds)
+
+
+class _Local(threading.local):
+    session: requests.Session | None = None
+
+
+class OpenAIProvider:
+    """One billed HTTP call per ``synthesize``; 429/5xx/timeouts are retryable, other 4xx not.
+
+    Each thread gets its own ``requests.Session`` (sessions are not thread-safe, but
+    keep-alive per thread saves a TLS handshake per item). The API key is never put in
+    a message or repr.
+    """
+
+    name = "openai"
+    max_chars = 4096
+    content_type = "audio/mpeg"
+    file_extension = "mp3"
+
+    def __init__(
+        self,
+        base_url: str,
+        api_key: str | None,
+        model: str,
+        voices: Sequence[str],
+        timeout_seconds: float,
+    ) -> None:
+        self.base_url = base_url.rstrip("/")
+        self.url = self.base_url + "/audio/speech"
+        self._api_key = api_key or None
+        self.model = model
+        self.voices: tuple[str, ...] = tuple(voices)
+        self.timeout_seconds = timeout_seconds
+        self._local = _Local()
+
+    def __repr__(self) -> str:
+        return (
+            f"OpenAIProvider(base_url={self.base_url!r}, model={self.model!r}, "
+            f"voices={self.voices!r}, timeout_seconds={self.timeout_seconds!r})"
+        )
+
+    def _session(self) -> requests.Session:
+        session = self._local.session
+        if session is None:
+            session = requests.Session()
+            if self._api_key is not None:
+                session.headers["Authorization"] = f"Bearer {self._api_key}"
+            self._local.session = session
+        return session
+
+    def _scrub(self, message: str) -> str:
+        # Belt and braces: a provider or an exception could echo the key back.
+        if self._api_key:
+            message = message.replace(self._api_key, "***")
+        return message
+
+    def synthesize(self, text: str, voice: str) -> bytes:
+        """POST the text once and return the MP3 bytes, or raise a ProviderError."""
+        if voice not in self.voices:
+            raise PermanentProviderError(f"unknown voice {voice!r} for provider openai")
+        body = {"model": self.model, "input": text, "voice": voice, "response_format": "mp3"}
+        try:
+            response = self._session().post(self.url, json=body, timeout=self.timeout_seconds)
+        except requests.Timeout as exc:
+            raise RetryableProviderError(
+                self._scrub(f"provider timed out after {self.timeout_seconds:g} s")
+            ) from exc
+        except requests.ConnectionError as exc:
+            raise RetryableProviderError(
+                self._scrub(f"cannot reach provider: {type(exc).__name__}")
+            ) from exc
+        except requests.RequestException as exc:
+            raise PermanentProviderError(
+                self._scrub(f"provider request failed: {type(exc).__name__}: {exc}")
+            ) from exc
+        status = response.status_code
+        if status == 200:
+            if not response.content:
+                raise RetryableProviderError("empty audio", status)
+            return response.content
+        message = self._scrub(f"provider answered {status}: {self._error_message(response)}")
+        if status == 429 or status >= 500:
+            retry_after = parse_retry_after(response.headers.get("Retry-After"))
+            raise RetryableProviderError(message, status, retry_after)
+        raise PermanentProviderError(message, status)
+
+    @staticmethod
+    def _error_message(response: requests.Response) -> str:
+        """The provider's own message: ``{"error": {"message": ...}}`` if present, else the text."""
+        text = response.text
+        try:
+            payload = json.loads(text)
+        except ValueError:
+            payload = None
+        if isinstance(payload, dict):
+            error = payload.get("error")
+            if isinstance(error, dict) and isinstance(error.get("message"), str):
+                text = error["message"]
+            elif isinstance(error, str):
+                text = error
+        text = " ".join(text.split()) or (response.reason or "no message")
+        return text[:_MAX_MESSAGE]

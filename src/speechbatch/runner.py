@@ -1,0 +1,263 @@
+"""The in-process runner: sends a claimed job's items to the provider, fenced by attempt.
+
+Per item: a short fenced transaction marks it GENERATING and stamps the job; the
+provider call runs with no transaction or connection held; the audio is written
+atomically under a key that carries the attempt; a second fenced transaction moves the
+item to DONE or ERROR. A fenced write that wins nothing means this run was declared
+dead or superseded: it stops at once and writes nothing more.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import queue
+import threading
+import time
+import weakref
+from dataclasses import dataclass, field
+
+from .config import Settings
+from .errors import Fenced
+from .providers.base import ProviderError, TTSProvider
+from .providers.retry import synthesize_with_retries
+from .storage import LocalStorage
+from .uow import UowFactory
+from .workers import WorkerIdentity
+
+log = logging.getLogger(__name__)
+
+_RUNNERS: weakref.WeakSet[Runner] = weakref.WeakSet()
+
+
+def audio_key(job_id: int, item_id: int, attempt: int, extension: str) -> str:
+    """Where an item's audio of one attempt lives; a later run never reuses the name."""
+    return f"jobs/{job_id}/{item_id}-a{attempt}.{extension}"
+
+
+@dataclass
+class _Run:
+    job_id: int
+    attempt: int
+    fenced: threading.Event = field(default_factory=threading.Event)
+    done: threading.Event = field(default_factory=threading.Event)
+
+
+class Runner:
+    """Runs claimed jobs in background threads of this process."""
+
+    def __init__(
+        self,
+        uow_factory: UowFactory,
+        provider: TTSProvider,
+        storage: LocalStorage,
+        settings: Settings,
+    ) -> None:
+        self._uow_factory = uow_factory
+        self.provider = provider
+        self.storage = storage
+        self.settings = settings
+        self.identity = WorkerIdentity(
+            uow_factory, interval_seconds=max(0.2, min(10.0, settings.worker_dead_seconds / 4))
+        )
+        self._runs: dict[tuple[int, int], _Run] = {}
+        self._lock = threading.Lock()
+        self._draining = threading.Event()
+        _RUNNERS.add(self)
+
+    def worker_id(self) -> int:
+        """This process's worker id (registered on first use)."""
+        return self.identity.id()
+
+    @property
+    def draining(self) -> bool:
+        """Whether this process is stopping and starts no new item."""
+        return self._draining.is_set()
+
+    def start(self, job_id: int, attempt: int) -> None:
+        """Run a job that this process has just claimed at ``attempt``."""
+        run = _Run(job_id, attempt)
+        with self._lock:
+            self._runs[(job_id, attempt)] = run
+        threading.Thread(
+            target=self._run, args=(run,), name=f"speechbatch-job-{job_id}-a{attempt}", daemon=True
+        ).start()
+
+    def live_runs(self) -> list[tuple[int, int]]:
+        """(job, attempt) of the runs still going in this process."""
+        with self._lock:
+            return list(self._runs)
+
+    def _run(self, run: _Run) -> None:
+        try:
+            with self._uow_factory() as uow:
+                item_ids = uow.repo.runnable_item_ids(run.job_id)
+            work: queue.SimpleQueue[int] = queue.SimpleQueue()
+            for item_id in item_ids:
+                work.put(item_id)
+            threads = [
+                threading.Thread(
+                    target=self._drain_queue,
+                    args=(run, work),
+                    daemon=True,
+                    name=f"speechbatch-job-{run.job_id}-a{run.attempt}-{n}",
+                )
+                for n in range(min(self.settings.item_concurrency, max(1, len(item_ids))))
+            ]
+            for t in threads:
+                t.start()
+            for t in threads:
+                t.join()
+            if run.fenced.is_set():
+                log.warning("run fenced job=%s attempt=%s: stopped", run.job_id, run.attempt)
+            elif self.draining:
+                self._interrupt(run)
+            else:
+                with self._uow_factory() as uow:
+                    status = uow.repo.finish_run(run.job_id, run.attempt)
+                    uow.commit()
+                log.info("run ended job=%s attempt=%s status=%s", run.job_id, run.attempt, status)
+        except Exception as exc:
+            log.exception("run crashed job=%s attempt=%s", run.job_id, run.attempt)
+            self._end_after_crash(run, exc)
+        finally:
+            run.done.set()
+            with self._lock:
+                self._runs.pop((run.job_id, run.attempt), None)
+
+    def _end_after_crash(self, run: _Run, exc: Exception) -> None:
+        try:
+            with self._uow_factory() as uow:
+                uow.repo.finish_run(run.job_id, run.attempt, run_error=f"run failed: {exc}")
+                uow.commit()
+        except Exception:
+            # Recovery will find it through the lease or the heartbeat.
+            log.exception("could not end crashed run job=%s", run.job_id)
+
+    def _drain_queue(self, run: _Run, work: queue.SimpleQueue[int]) -> None:
+        while not run.fenced.is_set() and not self.draining:
+            try:
+                item_id = work.get_nowait()
+            except queue.Empty:
+                return
+            try:
+                self._process_item(run, item_id)
+            except Fenced:
+                run.fenced.set()
+
+    def _fence(self, run: _Run) -> None:
+        """Stamp progress; raise Fenced when this run may no longer write."""
+        if run.fenced.is_set():
+            raise Fenced()
+        with self._uow_factory() as uow:
+            won = uow.repo.stamp_job_progress(run.job_id, run.attempt)
+            uow.commit()
+        if not won:
+            raise Fenced()
+
+    def _process_item(self, run: _Run, item_id: int) -> None:
+        with self._uow_factory() as uow:
+            started = uow.repo.start_item(run.job_id, run.attempt, item_id)
+            uow.commit()
+        if started is None:
+            # Either fenced or the item is no longer PENDING; the fence tells which.
+            self._fence(run)
+            return
+        first_call = True
+
+        def before_attempt(n: int) -> None:
+            # start_item already fenced the first call; later retries fence again.
+            nonlocal first_call
+            if first_call:
+                first_call = False
+                return
+            self._fence(run)
+
+        try:
+            audio = synthesize_with_retries(
+                self.provider,
+                started.text,
+                started.voice,
+                max_attempts=self.settings.tts_max_attempts,
+                timeout_seconds=self.settings.tts_timeout_seconds,
+                before_attempt=before_attempt,
+            )
+        except ProviderError as exc:
+            self._finish(run, item_id, error_message=exc.message)
+            return
+        key = audio_key(run.job_id, item_id, run.attempt, self.provider.file_extension)
+        try:
+            self.storage.write(key, audio)
+        except OSError as exc:
+            self._finish(run, item_id, error_message=f"could not store audio: {exc.strerror}")
+            return
+        try:
+            self._finish(
+                run,
+                item_id,
+                audio_path=key,
+                audio_bytes=len(audio),
+                audio_sha256=hashlib.sha256(audio).hexdigest(),
+            )
+        except Fenced:
+            self.storage.delete(key)
+            raise
+        if started.previous_audio_path and started.previous_audio_path != key:
+            self.storage.delete(started.previous_audio_path)
+
+    def _finish(
+        self,
+        run: _Run,
+        item_id: int,
+        *,
+        audio_path: str | None = None,
+        audio_bytes: int | None = None,
+        audio_sha256: str | None = None,
+        error_message: str | None = None,
+    ) -> None:
+        with self._uow_factory() as uow:
+            won = uow.repo.finish_item(
+                run.job_id,
+                run.attempt,
+                item_id,
+                audio_path=audio_path,
+                audio_bytes=audio_bytes,
+                audio_sha256=audio_sha256,
+                error_message=error_message,
+            )
+            uow.commit()
+        if not won:
+            raise Fenced()
+
+    def _interrupt(self, run: _Run) -> None:
+        message = (
+            "interrupted: the server stopped; Retry resumes without paying again for DONE items"
+        )
+        with self._uow_factory() as uow:
+            won = uow.repo.interrupt_run(run.job_id, run.attempt, message)
+            uow.commit()
+        log.info("run interrupted job=%s attempt=%s won=%s", run.job_id, run.attempt, won)
+
+    def drain(self, timeout: float) -> None:
+        """Graceful stop: start no new item, let in-flight calls finish, end runs INTERRUPTED."""
+        self._draining.set()
+        deadline = time.monotonic() + timeout
+        with self._lock:
+            runs = list(self._runs.values())
+        for run in runs:
+            run.done.wait(max(0.0, deadline - time.monotonic()))
+        for run in runs:
+            if not run.done.is_set():
+                # Calls still in flight past the grace period: end the run now; when they
+                # return, their writes are fenced.
+                try:
+                    self._interrupt(run)
+                except Exception:
+                    log.exception("could not interrupt job=%s", run.job_id)
+        self.identity.stop()
+
+
+def drain_all(timeout: float) -> None:
+    """Drain every runner of this process (gunicorn's worker_exit hook, atexit)."""
+    for runner in list(_RUNNERS):
+        runner.drain(timeout)

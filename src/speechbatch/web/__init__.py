@@ -1,0 +1,1 @@
+"""HTTP entrypoints: the JSON API and the admin pages."""

@@ -1,0 +1,142 @@
+"""The JSON API: parse the request, call one service, answer JSON."""
+
+from __future__ import annotations
+
+from functools import wraps
+from typing import Any, ParamSpec, TypeVar
+
+from flask import Blueprint, Response, g, jsonify, request, send_file
+from flask_wtf.csrf import ValidationError as CSRFValidationError
+from flask_wtf.csrf import validate_csrf
+from sqlalchemy import text
+
+from .. import services as svc
+from ..errors import BadRequest, Unauthorized
+from ..repository import UserRecord
+from .context import bearer_user, services, session_user
+from .errors import error_response
+
+bp = Blueprint("api", __name__)
+P = ParamSpec("P")
+R = TypeVar("R")
+
+
+def require_user(view: Any) -> Any:
+    """Authenticate by bearer token or browser session (with CSRF on writes)."""
+
+    @wraps(view)
+    def wrapped(*args: Any, **kwargs: Any) -> Any:
+        user = bearer_user()
+        if user is None and not request.headers.get("Authorization"):
+            user = session_user()
+            if user is not None and request.method not in ("GET", "HEAD", "OPTIONS"):
+                try:
+                    validate_csrf(request.headers.get("X-CSRFToken", ""))
+                except CSRFValidationError as exc:
+                    raise BadRequest(f"CSRF check failed: {exc}") from None
+        if user is None:
+            raise Unauthorized("a valid bearer token or a signed-in session is required")
+        g.user = user
+        return view(*args, **kwargs)
+
+    return wrapped
+
+
+def current() -> UserRecord:
+    """The authenticated user of this API call."""
+    return g.user
+
+
+def _json_body() -> dict[str, Any]:
+    body = request.get_json(silent=True, force=True)
+    if body is None:
+        raise BadRequest("the body must be JSON")
+    if not isinstance(body, dict):
+        raise BadRequest("the body must be a JSON object")
+    return body
+
+
+@bp.get("/healthz")
+def healthz() -> tuple[Response, int]:
+    """Liveness with a database round trip."""
+    try:
+        with services().engine.connect() as conn:
+            conn.execute(text("SELECT 1"))
+    except Exception:
+        return error_response(503, "unavailable", "the database is unreachable")
+    return jsonify({"status": "ok"}), 200
+
+
+@bp.get("/api/voices")
+@require_user
+def voices() -> Response:
+    """The configured provider's voices."""
+    return jsonify({"voices": list(services().provider.voices)})
+
+
+@bp.get("/api/jobs")
+@require_user
+def list_jobs() -> Response:
+    """The organization's jobs, newest first, after recovery."""
+    s = services()
+    status = request.args.get("status") or None
+    jobs, _ = svc.list_jobs(s.uow_factory, s.settings, current(), status=status)
+    return jsonify({"jobs": jobs})
+
+
+@bp.post("/api/jobs")
+@require_user
+def create_job() -> tuple[Response, int]:
+    """Create a PENDING job."""
+    s = services()
+    body = _json_body()
+    job_id = svc.create_job(
+        s.uow_factory, current(), body.get("title"), body.get("voice"), body.get("items"), s.limits
+    )
+    return jsonify(svc.get_job(s.uow_factory, s.settings, current(), job_id)), 201
+
+
+@bp.get("/api/jobs/<int:job_id>")
+@require_user
+def get_job(job_id: int) -> Response:
+    """One job, after lease-expiry recovery."""
+    s = services()
+    return jsonify(svc.get_job(s.uow_factory, s.settings, current(), job_id))
+
+
+def _generate(job_id: int, regenerate: bool) -> tuple[Response, int]:
+    s = services()
+    view = svc.start_generation(
+        s.uow_factory, s.settings, s.runner, current(), job_id, regenerate=regenerate
+    )
+    return jsonify(view), 202
+
+
+@bp.post("/api/jobs/<int:job_id>/generate")
+@require_user
+def generate(job_id: int) -> tuple[Response, int]:
+    """Claim the job and send every item that is not DONE."""
+    return _generate(job_id, regenerate=False)
+
+
+@bp.post("/api/jobs/<int:job_id>/regenerate")
+@require_user
+def regenerate(job_id: int) -> tuple[Response, int]:
+    """Claim the job and send every item again."""
+    return _generate(job_id, regenerate=True)
+
+
+@bp.get("/api/jobs/<int:job_id>/items/<int:item_id>/audio")
+@require_user
+def item_audio(job_id: int, item_id: int) -> Response:
+    """An item's audio bytes."""
+    s = services()
+    key = svc.item_audio_key(s.uow_factory, current(), job_id, item_id)
+    if not s.storage.exists(key):
+        return error_response(404, "not_found", "the audio file is missing")[0]
+    return send_file(
+        s.storage.path(key),
+        mimetype=s.provider.content_type,
+        download_name=f"job{job_id}-item{item_id}.{s.provider.file_extension}",
+        max_age=0,
+    )

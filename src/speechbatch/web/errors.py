@@ -1,0 +1,76 @@
+"""Error handlers: JSON for the API, HTML pages for browsers; never a bare 500."""
+
+from __future__ import annotations
+
+import logging
+
+from flask import Flask, Response, jsonify, render_template, request
+from flask_wtf.csrf import CSRFError
+from werkzeug.exceptions import HTTPException
+
+from ..errors import SpeechbatchError
+
+log = logging.getLogger(__name__)
+
+HTTP_CODES = {
+    400: "bad_request",
+    401: "unauthorized",
+    403: "forbidden",
+    404: "not_found",
+    405: "method_not_allowed",
+    409: "conflict",
+    413: "payload_too_large",
+    422: "validation_error",
+}
+
+
+def error_response(status: int, code: str, message: str) -> tuple[Response, int]:
+    """The one shape of every API error."""
+    return jsonify({"error": {"code": code, "message": message}}), status
+
+
+def wants_json() -> bool:
+    """Whether this request is an API call (or asks for JSON)."""
+    return request.path.startswith("/api/") or request.path == "/healthz"
+
+
+def _page(status: int, message: str) -> tuple[str, int]:
+    return render_template("error.html", status=status, message=message), status
+
+
+def register(app: Flask) -> None:
+    """Install the handlers on the app."""
+
+    @app.errorhandler(SpeechbatchError)
+    def domain_error(exc: SpeechbatchError) -> tuple[Response | str, int]:
+        if exc.status >= 500:
+            log.error("internal error: %s", exc.message)
+        if wants_json():
+            return error_response(exc.status, exc.code, exc.message)
+        return _page(exc.status, exc.message)
+
+    @app.errorhandler(CSRFError)
+    def csrf_error(exc: CSRFError) -> tuple[Response | str, int]:
+        message = f"CSRF check failed: {exc.description}"
+        if wants_json():
+            return error_response(400, "bad_request", message)
+        return _page(400, message)
+
+    @app.errorhandler(HTTPException)
+    def http_error(exc: HTTPException) -> tuple[Response | str, int] | HTTPException:
+        status = exc.code or 500
+        if status < 400:
+            return exc
+        message = exc.description or exc.name
+        if status == 413:
+            message = "the request body is too large (25 MiB at most)"
+        if wants_json():
+            return error_response(status, HTTP_CODES.get(status, "error"), message)
+        return _page(status, message)
+
+    @app.errorhandler(Exception)
+    def unexpected(exc: Exception) -> tuple[Response | str, int]:
+        log.exception("unhandled error on %s %s", request.method, request.path)
+        if wants_json():
+            return error_response(500, "internal_error", "internal server error")
+        return _page(500, "Something went wrong on our side.")

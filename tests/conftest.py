@@ -1,0 +1,168 @@
+"""Fixtures: a fresh database per test on SQLite and on PostgreSQL, the app, clients."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import uuid
+from collections.abc import Iterator
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import psycopg
+import pytest
+from flask import Flask
+from flask.testing import FlaskClient
+
+from speechbatch import create_app
+from speechbatch.app import Services
+from speechbatch.config import Settings
+from speechbatch.migrate import upgrade
+from speechbatch.repository import UserRecord
+from speechbatch.services import create_admin, create_token
+from tests.fakes import FakeProvider
+
+PG_ADMIN_DSN = os.environ.get(
+    "SPEECHBATCH_TEST_PG_DSN", "postgresql://postgres@127.0.0.1:5432/postgres"
+)
+PG_URL_BASE = PG_ADMIN_DSN.rsplit("/", 1)[0].replace("postgresql://", "postgresql+psycopg://", 1)
+IN_CI = os.environ.get("CI", "").lower() in ("1", "true", "yes")
+BACKENDS = ["sqlite", "postgresql"]
+
+
+def _pg_admin() -> psycopg.Connection[Any]:
+    return psycopg.connect(PG_ADMIN_DSN, autocommit=True, connect_timeout=3)
+
+
+@pytest.fixture(scope="session")
+def pg_template() -> Iterator[str]:
+    """A migrated PostgreSQL database that each test copies (CREATE DATABASE ... TEMPLATE)."""
+    try:
+        conn = _pg_admin()
+    except psycopg.OperationalError as exc:
+        if IN_CI:
+            pytest.fail(f"PostgreSQL is required under CI and unreachable: {exc}")
+        pytest.skip(f"PostgreSQL unreachable: {exc}")
+    name = f"sb_tmpl_{uuid.uuid4().hex[:10]}"
+    with conn:
+        conn.execute(f'CREATE DATABASE "{name}"')
+    upgrade(f"{PG_URL_BASE}/{name}")
+    yield name
+    with _pg_admin() as conn:
+        conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+@pytest.fixture(scope="session")
+def sqlite_template(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A migrated SQLite file that each test copies."""
+    path = tmp_path_factory.mktemp("tmpl") / "template.db"
+    upgrade(f"sqlite:///{path}")
+    return path
+
+
+def make_database(request: pytest.FixtureRequest, backend: str, tmp_path: Path) -> Iterator[str]:
+    """A fresh migrated database of ``backend``; dropped after the test."""
+    if backend == "sqlite":
+        template: Path = request.getfixturevalue("sqlite_template")
+        path = tmp_path / "test.db"
+        shutil.copyfile(template, path)
+        yield f"sqlite:///{path}"
+        return
+    template_name: str = request.getfixturevalue("pg_template")
+    name = f"sb_test_{uuid.uuid4().hex[:12]}"
+    with _pg_admin() as conn:
+        conn.execute(f'CREATE DATABASE "{name}" TEMPLATE "{template_name}"')
+    try:
+        yield f"{PG_URL_BASE}/{name}"
+    finally:
+        with _pg_admin() as conn:
+            conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+@pytest.fixture(params=BACKENDS)
+def backend(request: pytest.FixtureRequest) -> str:
+    """Each test that uses a database runs on SQLite and on PostgreSQL."""
+    return str(request.param)
+
+
+@pytest.fixture
+def database_url(request: pytest.FixtureRequest, backend: str, tmp_path: Path) -> Iterator[str]:
+    """A fresh migrated database URL."""
+    yield from make_database(request, backend, tmp_path)
+
+
+@pytest.fixture
+def settings(database_url: str, tmp_path: Path) -> Settings:
+    """Settings for tests: short timeouts, a lease that validation accepts."""
+    return Settings(
+        database_url=database_url,
+        secret_key="test-secret",
+        storage_dir=str(tmp_path / "audio"),
+        tts_timeout_seconds=1.0,
+        tts_max_attempts=2,
+        lease_seconds=30.0,
+        worker_dead_seconds=30.0,
+        item_concurrency=4,
+        tts_voices=("alloy", "echo"),
+    ).validate()
+
+
+@pytest.fixture
+def provider() -> FakeProvider:
+    """A fake provider that counts calls."""
+    return FakeProvider()
+
+
+@pytest.fixture
+def app(settings: Settings, provider: FakeProvider) -> Iterator[Flask]:
+    """The app on a fresh database with the fake provider."""
+    app = create_app(settings, provider=provider)
+    app.config["TESTING"] = True
+    yield app
+    services(app).runner.drain(5.0)
+    services(app).engine.dispose()
+
+
+def services(app: Flask) -> Services:
+    """The app's services."""
+    return app.extensions["speechbatch"]  # type: ignore[no-any-return]
+
+
+@pytest.fixture
+def svc(app: Flask) -> Services:
+    """The app's services."""
+    return services(app)
+
+
+@pytest.fixture
+def client(app: Flask) -> FlaskClient:
+    """A test client."""
+    return app.test_client()
+
+
+@pytest.fixture
+def admin(svc: Services) -> UserRecord:
+    """An admin in organization acme."""
+    create_admin(svc.uow_factory, "acme", "admin@acme.test", "password-1")
+    with svc.uow_factory() as uow:
+        user = uow.repo.get_user_by_email("admin@acme.test")
+    assert user is not None
+    return user
+
+
+@pytest.fixture
+def token(svc: Services, admin: UserRecord) -> str:
+    """An API token of the admin."""
+    return create_token(svc.uow_factory, admin.email)
+
+
+@pytest.fixture
+def auth(token: str) -> dict[str, str]:
+    """Headers that authenticate as the admin."""
+    return {"Authorization": f"Bearer {token}"}
+
+
+def with_settings(settings: Settings, **changes: Any) -> Settings:
+    """A copy of settings with changes, validated."""
+    return replace(settings, **changes).validate()
