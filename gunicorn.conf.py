@@ -2,9 +2,22 @@
 
 from __future__ import annotations
 
+import sys
 from typing import Any
 
 graceful_timeout = 30
+
+
+def on_starting(server: Any) -> None:
+    """Refuse to start on bad configuration, with one line naming the variable."""
+    from speechbatch.config import Settings
+    from speechbatch.errors import ConfigError
+
+    try:
+        Settings.from_env()
+    except ConfigError as exc:
+        sys.stderr.write(f"speechbatch: configuration error: {exc.message}\n")
+        sys.exit(1)
 
 
 def worker_exit(server: Any, worker: Any) -> None:

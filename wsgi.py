@@ -1,5 +1,13 @@
 """WSGI entry point: ``gunicorn wsgi:app``."""
 
-from speechbatch import create_app
+import sys
 
-app = create_app()
+from speechbatch import create_app
+from speechbatch.errors import ConfigError
+
+try:
+    app = create_app()
+except ConfigError as exc:
+    # One clear line naming the variable, not a traceback.
+    sys.stderr.write(f"speechbatch: configuration error: {exc.message}\n")
+    raise SystemExit(1) from None

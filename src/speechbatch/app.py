@@ -6,10 +6,12 @@ import atexit
 import logging
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from flask import Flask
 from flask_wtf.csrf import CSRFProtect
 from sqlalchemy import Engine
+from werkzeug.routing import IntegerConverter, Map
 
 from .config import Settings
 from .db import make_engine, make_session_factory
@@ -23,6 +25,15 @@ from .uow import UnitOfWork, UowFactory
 TEMPLATES_DIR = Path(__file__).resolve().parents[2] / "templates"
 STATIC_DIR = Path(__file__).resolve().parent / "static"
 csrf = CSRFProtect()
+
+
+class DatabaseId(IntegerConverter):
+    """An ``<int:…>`` URL part that fits a database id (1 to 2**63 - 1)."""
+
+    def __init__(self, map: Map, *args: Any, **kwargs: Any) -> None:
+        kwargs.setdefault("min", 1)
+        kwargs.setdefault("max", 2**63 - 1)
+        super().__init__(map, *args, **kwargs)
 
 
 @dataclass
@@ -82,6 +93,8 @@ def create_app(settings: Settings | None = None, *, provider: TTSProvider | None
         storage=storage,
         runner=runner,
     )
+    # Ids are BIGINTs: a larger number in a URL is a 404, not an overflow in the driver.
+    app.url_map.converters["int"] = DatabaseId
     app.json.sort_keys = False  # type: ignore[attr-defined]
     csrf.init_app(app)
 

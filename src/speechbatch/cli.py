@@ -2,6 +2,11 @@
 
 from __future__ import annotations
 
+import os
+import secrets
+import shutil
+import sys
+
 import click
 from flask import Flask, current_app
 
@@ -49,6 +54,36 @@ def register_cli(app: Flask) -> None:
             raise click.ClickException(exc.message) from None
         click.echo(f"API token for {email} (shown once, stored hashed):")
         click.echo(token)
+
+    @app.cli.command("quickstart")
+    @click.option("--host", default="127.0.0.1", show_default=True)
+    @click.option("--port", default=8000, show_default=True)
+    @click.option("--workers", default=2, show_default=True)
+    def quickstart(host: str, port: int, workers: int) -> None:
+        """Migrate, create a demo admin and token, then serve the app with gunicorn."""
+        s = _services()
+        upgrade(s.settings.database_url)
+        email, password = "admin@example.com", secrets.token_urlsafe(9)
+        try:
+            svc.create_admin(s.uow_factory, "demo", email, password)
+        except SpeechbatchError:
+            password = "(unchanged: the demo admin exists already)"
+        token = svc.create_token(s.uow_factory, email)
+        click.echo(
+            f"""
+  speechbatch is starting on http://{host}:{port}/
+  database : {s.settings.database_url}
+  voice    : {s.settings.tts_provider} ({", ".join(s.provider.voices)})
+  sign in  : {email} / {password}
+  API token: {token}
+  try      : curl -H 'Authorization: Bearer {token}' http://{host}:{port}/api/jobs
+"""
+        )
+        gunicorn = shutil.which("gunicorn", path=os.path.dirname(sys.executable)) or "gunicorn"
+        bind = f"{host}:{port}"
+        os.execvp(
+            gunicorn, [gunicorn, "wsgi:app", "-w", str(workers), "--threads", "4", "-b", bind]
+        )
 
     @app.cli.command("recover")
     def recover() -> None:

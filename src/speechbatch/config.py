@@ -82,8 +82,6 @@ class Settings:
                 f"item's worst case ({self.item_worst_case_seconds:g} s = attempts x timeout "
                 "+ waits between attempts)"
             )
-        if self.env == "production" and not os.environ.get("SPEECHBATCH_SECRET_KEY"):
-            raise ConfigError("SPEECHBATCH_SECRET_KEY is required when SPEECHBATCH_ENV=production")
         return self
 
     @classmethod
@@ -113,7 +111,8 @@ class Settings:
         voices = env.get("SPEECHBATCH_TTS_VOICES")
         if voices:
             values["tts_voices"] = tuple(v.strip() for v in voices.split(",") if v.strip())
-        for name in ("lease_seconds", "worker_dead_seconds", "tts_timeout_seconds"):
+        for name in ("lease_seconds", "worker_dead_seconds", "tts_timeout_seconds",
+                     "export_lock_ttl_seconds"):  # fmt: skip
             number(name, float)
         for name in ("item_concurrency", "tts_max_attempts"):
             number(name, int)

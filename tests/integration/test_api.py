@@ -1,0 +1,224 @@
+"""Every status code of the JSON API contract, and hostile input."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from flask.testing import FlaskClient
+
+from speechbatch.app import Services
+from speechbatch.repository import UserRecord
+from speechbatch.services import create_admin, create_token
+from tests.helpers import set_items, view, wait_for
+
+
+def _create(client: FlaskClient, auth: dict[str, str], n: int = 2, **extra: object):  # type: ignore[no-untyped-def]
+    body = {"title": "  Greetings  ", "voice": "alloy", "items": [f" line {i} " for i in range(n)]}
+    body.update(extra)
+    return client.post("/api/jobs", json=body, headers=auth)
+
+
+def _error(resp, status: int, code: str) -> None:  # type: ignore[no-untyped-def]
+    assert resp.status_code == status, resp.get_data(as_text=True)
+    body = resp.get_json()
+    assert body["error"]["code"] == code
+    assert body["error"]["message"]
+
+
+def test_healthz(client: FlaskClient) -> None:
+    resp = client.get("/healthz")
+    assert resp.status_code == 200 and resp.get_json() == {"status": "ok"}
+
+
+def test_create_job_trims_and_answers_201(client: FlaskClient, auth: dict[str, str]) -> None:
+    resp = _create(client, auth)
+    assert resp.status_code == 201
+    job = resp.get_json()
+    assert job["title"] == "Greetings"
+    assert [i["text"] for i in job["items"]] == ["line 0", "line 1"]
+    assert job["status"] == "PENDING" and job["attempt"] == 0
+    assert job["progress"] == {"total": 2, "pending": 2, "generating": 0, "done": 0, "error": 0}
+    assert job["created_at"].endswith("+00:00")
+    assert job["runs"] == [] and job["started_at"] is None
+
+
+def test_lists_newest_first_without_items(client: FlaskClient, auth: dict[str, str]) -> None:
+    first = _create(client, auth).get_json()["id"]
+    second = _create(client, auth).get_json()["id"]
+    jobs = client.get("/api/jobs", headers=auth).get_json()["jobs"]
+    assert [j["id"] for j in jobs] == [second, first]
+    assert "items" not in jobs[0] and "progress" in jobs[0]
+
+
+def test_generate_then_poll_until_completed(client: FlaskClient, auth: dict[str, str]) -> None:
+    job_id = _create(client, auth, 3).get_json()["id"]
+    resp = client.post(f"/api/jobs/{job_id}/generate", headers=auth)
+    assert resp.status_code == 202
+    assert resp.get_json()["status"] == "GENERATING" and resp.get_json()["attempt"] == 1
+    job = wait_for(
+        lambda: (
+            (j := client.get(f"/api/jobs/{job_id}", headers=auth).get_json())["status"]
+            == "COMPLETED"
+            and j
+        )
+    )
+    item = job["items"][0]
+    assert item["audio_url"] == f"/api/jobs/{job_id}/items/{item['id']}/audio"
+    audio = client.get(item["audio_url"], headers=auth)
+    assert audio.status_code == 200 and audio.mimetype == "audio/mpeg" and audio.data
+    audio.close()
+    _error(client.post(f"/api/jobs/{job_id}/generate", headers=auth), 409, "nothing_to_generate")
+    assert client.post(f"/api/jobs/{job_id}/regenerate", headers=auth).status_code == 202
+
+
+def test_second_generate_is_409_already_generating(
+    client: FlaskClient, auth: dict[str, str], provider
+) -> None:  # type: ignore[no-untyped-def]
+    import threading
+
+    provider.gate = threading.Event()
+    job_id = _create(client, auth).get_json()["id"]
+    assert client.post(f"/api/jobs/{job_id}/generate", headers=auth).status_code == 202
+    _error(client.post(f"/api/jobs/{job_id}/generate", headers=auth), 409, "already_generating")
+    _error(client.post(f"/api/jobs/{job_id}/regenerate", headers=auth), 409, "already_generating")
+    provider.gate.set()
+
+
+def test_voices(client: FlaskClient, auth: dict[str, str]) -> None:
+    assert client.get("/api/voices", headers=auth).get_json() == {"voices": ["alloy", "echo"]}
+
+
+@pytest.mark.parametrize(
+    "path,method",
+    [
+        ("/api/jobs", "get"),
+        ("/api/jobs", "post"),
+        ("/api/jobs/1", "get"),
+        ("/api/jobs/1/generate", "post"),
+        ("/api/jobs/1/regenerate", "post"),
+        ("/api/jobs/1/items/1/audio", "get"),
+        ("/api/voices", "get"),
+    ],
+)
+def test_unauthenticated_calls_are_401(client: FlaskClient, path: str, method: str) -> None:
+    _error(getattr(client, method)(path), 401, "unauthorized")
+    bad = {"Authorization": "Bearer not-a-token"}
+    _error(getattr(client, method)(path, headers=bad), 401, "unauthorized")
+
+
+def test_unknown_job_and_audio_are_404(client: FlaskClient, auth: dict[str, str]) -> None:
+    _error(client.get("/api/jobs/999999", headers=auth), 404, "not_found")
+    _error(client.post("/api/jobs/999999/generate", headers=auth), 404, "not_found")
+    job = _create(client, auth).get_json()
+    item = job["items"][0]["id"]
+    _error(client.get(f"/api/jobs/{job['id']}/items/{item}/audio", headers=auth), 404, "not_found")
+    _error(client.get("/api/nothing-here", headers=auth), 404, "not_found")
+
+
+def test_other_organizations_job_is_404_like_a_missing_one(
+    client: FlaskClient, svc: Services, admin: UserRecord, auth: dict[str, str]
+) -> None:
+    job_id = _create(client, auth).get_json()["id"]
+    set_items(svc, job_id, status="DONE", audio_path="jobs/x.mp3")
+    create_admin(svc.uow_factory, "other", "eve@other.test", "password-2")
+    eve = {"Authorization": f"Bearer {create_token(svc.uow_factory, 'eve@other.test')}"}
+    for call in (
+        client.get(f"/api/jobs/{job_id}", headers=eve),
+        client.post(f"/api/jobs/{job_id}/generate", headers=eve),
+        client.post(f"/api/jobs/{job_id}/regenerate", headers=eve),
+        client.get(f"/api/jobs/{job_id}/items/1/audio", headers=eve),
+    ):
+        _error(call, 404, "not_found")
+    assert client.get("/api/jobs", headers=eve).get_json() == {"jobs": []}
+    assert view(svc, admin, job_id)["attempt"] == 0
+
+
+def test_method_not_allowed_is_405(client: FlaskClient, auth: dict[str, str]) -> None:
+    _error(client.delete("/api/jobs", headers=auth), 405, "method_not_allowed")
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        b"{not json",
+        b"",
+        b"\xff\xfe\x00garbage",
+        b"[1, 2, 3]",
+        b'"a string"',
+        b"null",
+    ],
+)
+def test_malformed_bodies_are_400(client: FlaskClient, auth: dict[str, str], body: bytes) -> None:
+    resp = client.post("/api/jobs", data=body, headers={**auth, "Content-Type": "application/json"})
+    _error(resp, 400, "bad_request")
+
+
+@pytest.mark.parametrize(
+    "changes",
+    [
+        {"title": ""},
+        {"title": "   "},
+        {"title": None},
+        {"title": 42},
+        {"title": "x" * 201},
+        {"voice": "robot"},
+        {"voice": None},
+        {"items": []},
+        {"items": "not a list"},
+        {"items": [""]},
+        {"items": ["ok", "   "]},
+        {"items": ["x" * 4097]},
+        {"items": [1, 2]},
+        {"items": [{"text": "nested"}]},
+        {"items": ["ok"] * 5001},
+        {"items": None},
+        {"title": "nul\x00byte"},
+        {"items": ["nul\x00byte"]},
+    ],
+)
+def test_invalid_jobs_are_422_and_store_nothing(
+    client: FlaskClient, auth: dict[str, str], changes: dict[str, object]
+) -> None:
+    body: dict[str, object] = {"title": "t", "voice": "alloy", "items": ["a"]}
+    body.update(changes)
+    _error(client.post("/api/jobs", json=body, headers=auth), 422, "validation_error")
+    assert client.get("/api/jobs", headers=auth).get_json() == {"jobs": []}
+
+
+def test_limits_are_inclusive(client: FlaskClient, auth: dict[str, str]) -> None:
+    body = {"title": "t" * 200, "voice": "alloy", "items": ["x" * 4096] + ["y"] * 4999}
+    resp = client.post("/api/jobs", json=body, headers=auth)
+    assert resp.status_code == 201
+    assert resp.get_json()["progress"]["total"] == 5000
+
+
+def test_body_over_25_mib_is_413(client: FlaskClient, auth: dict[str, str]) -> None:
+    data = json.dumps({"title": "t", "voice": "alloy", "items": ["x" * 1000] * 27000})
+    resp = client.post("/api/jobs", data=data, headers={**auth, "Content-Type": "application/json"})
+    _error(resp, 413, "payload_too_large")
+
+
+def test_hostile_text_is_stored_verbatim(client: FlaskClient, auth: dict[str, str]) -> None:
+    text = "<script>alert(1)</script> '; DROP TABLE jobs; -- \u202e 😀"
+    resp = _create(client, auth, title=text, items=[text])
+    assert resp.status_code == 201
+    job = client.get(f"/api/jobs/{resp.get_json()['id']}", headers=auth).get_json()
+    assert job["title"] == text.strip() and job["items"][0]["text"] == text.strip()
+
+
+@pytest.mark.parametrize(
+    "path", ["/api/jobs/abc", "/api/jobs/-1", "/api/jobs/99999999999999999999"]
+)
+def test_odd_ids_are_404(client: FlaskClient, auth: dict[str, str], path: str) -> None:
+    _error(client.get(path, headers=auth), 404, "not_found")
+
+
+def test_session_write_without_csrf_header_is_400(client: FlaskClient, admin: UserRecord) -> None:
+    with client.session_transaction() as sess:
+        sess["user_id"] = admin.id
+        sess["org_id"] = admin.organization_id
+    assert client.get("/api/jobs").status_code == 200  # GETs ride on the session
+    resp = client.post("/api/jobs", json={"title": "t", "voice": "alloy", "items": ["a"]})
+    _error(resp, 400, "bad_request")
+    assert client.get("/api/jobs").get_json() == {"jobs": []}

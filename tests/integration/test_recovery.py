@@ -1,0 +1,234 @@
+"""Lease-expiry recovery: the five cases of the original incident and their neighbours."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import pytest
+
+from speechbatch.app import Services
+from speechbatch.models import Item
+from speechbatch.repository import StaleJob, UserRecord
+from speechbatch.services import get_job, recover_all
+from tests.conftest import with_settings
+from tests.helpers import ago, claim, new_job, set_items, set_job, set_worker, statuses, view
+
+HOUR = 3600
+
+
+def _wedge(svc: Services, admin: UserRecord, n: int = 3) -> int:
+    """A job whose run started an item and then went silent an hour ago."""
+    job_id = new_job(svc, admin, n)
+    assert claim(svc, admin, job_id) == 1
+    first = view(svc, admin, job_id)["items"][0]["id"]
+    set_items(svc, job_id, Item.id == first, status="GENERATING")
+    set_items(svc, job_id, updated_at=ago(HOUR))
+    set_job(svc, job_id, updated_at=ago(HOUR), started_at=ago(HOUR))
+    return job_id
+
+
+def test_wedged_job_is_recovered(svc: Services, admin: UserRecord) -> None:
+    job_id = _wedge(svc, admin)
+    job = get_job(svc.uow_factory, svc.settings, admin, job_id)
+    assert job["status"] == "FAILED"
+    assert job["error_message"].startswith("auto-recovered")
+    assert statuses(job) == ["ERROR", "PENDING", "PENDING"]
+    assert job["runs"][-1]["outcome"] == "RECOVERED"
+    assert job["runs"][-1]["finished_at"] is not None
+
+
+def test_recovered_job_can_be_claimed_again(svc: Services, admin: UserRecord) -> None:
+    job_id = _wedge(svc, admin)
+    get_job(svc.uow_factory, svc.settings, admin, job_id)
+    assert claim(svc, admin, job_id) == 2
+    assert statuses(view(svc, admin, job_id)) == ["PENDING"] * 3
+
+
+def test_items_wedged_after_job_finished_are_recovered(svc: Services, admin: UserRecord) -> None:
+    job_id = new_job(svc, admin)
+    claim(svc, admin, job_id)
+    set_job(svc, job_id, status="FAILED", error_message="x")
+    set_items(svc, job_id, status="GENERATING")
+    job = get_job(svc.uow_factory, svc.settings, admin, job_id)
+    assert job["status"] == "FAILED"
+    assert statuses(job) == ["ERROR"] * 3
+    assert all(i["error_message"].startswith("auto-recovered") for i in job["items"])
+
+
+def test_freshly_started_job_is_left_alone(svc: Services, admin: UserRecord) -> None:
+    job_id = new_job(svc, admin)
+    claim(svc, admin, job_id)
+    job = get_job(svc.uow_factory, svc.settings, admin, job_id)
+    assert job["status"] == "GENERATING"
+    assert job["runs"][-1]["outcome"] == "RUNNING"
+
+
+def test_old_job_whose_items_are_still_updating_stays_alive(
+    svc: Services, admin: UserRecord
+) -> None:
+    job_id = _wedge(svc, admin)
+    # The job started an hour ago but an item made progress just now: slow, not dead.
+    set_items(svc, job_id, Item.position == 2, updated_at=ago(1))
+    job = get_job(svc.uow_factory, svc.settings, admin, job_id)
+    assert job["status"] == "GENERATING"
+    assert recover_all(svc.uow_factory, svc.settings) == 0
+
+
+def test_recovery_backs_off_when_the_worker_finishes_first(
+    svc: Services, admin: UserRecord
+) -> None:
+    job_id = _wedge(svc, admin)
+    with svc.uow_factory() as uow:
+        (stale,) = uow.repo.find_stale_jobs(lease_seconds=30, worker_dead_seconds=30)
+    # Between recovery's read and its write, the real worker finishes the run.
+    set_items(svc, job_id, status="DONE")
+    with svc.uow_factory() as uow:
+        assert uow.repo.finish_run(job_id, 1) == "COMPLETED"
+        uow.commit()
+    before = view(svc, admin, job_id)
+    with svc.uow_factory() as uow:
+        won = uow.repo.recover_stale_job(
+            stale, lease_seconds=30, worker_dead_seconds=30, message="auto-recovered: test"
+        )
+        uow.commit()
+    assert won is False
+    assert view(svc, admin, job_id) == before
+    assert before["status"] == "COMPLETED"
+    assert before["runs"][-1]["outcome"] == "COMPLETED"
+
+
+def test_recovery_backs_off_when_a_stamp_lands_first(svc: Services, admin: UserRecord) -> None:
+    job_id = _wedge(svc, admin)
+    with svc.uow_factory() as uow:
+        (stale,) = uow.repo.find_stale_jobs(lease_seconds=30, worker_dead_seconds=30)
+    with svc.uow_factory() as uow:
+        assert uow.repo.stamp_job_progress(job_id, 1)
+        uow.commit()
+    with svc.uow_factory() as uow:
+        assert not uow.repo.recover_stale_job(
+            stale, lease_seconds=30, worker_dead_seconds=30, message="auto-recovered: test"
+        )
+        uow.commit()
+    job = view(svc, admin, job_id)
+    assert job["status"] == "GENERATING"
+    assert statuses(job)[0] == "GENERATING"
+
+
+def test_recovery_waits_for_a_concurrent_stamp_and_loses(svc: Services, admin: UserRecord) -> None:
+    """A stamp holding the job's row makes recovery wait, re-check, and change nothing."""
+    job_id = _wedge(svc, admin)
+    with svc.uow_factory() as uow:
+        (stale,) = uow.repo.find_stale_jobs(lease_seconds=30, worker_dead_seconds=30)
+    stamped = threading.Event()
+    result: dict[str, bool] = {}
+
+    def stamp() -> None:
+        with svc.uow_factory() as uow:
+            assert uow.repo.stamp_job_progress(job_id, 1)
+            stamped.set()
+            time.sleep(0.5)  # hold the row (PostgreSQL) or the write lock (SQLite)
+            uow.commit()
+
+    def recover() -> None:
+        stamped.wait(5)
+        with svc.uow_factory() as uow:
+            result["won"] = uow.repo.recover_stale_job(
+                stale, lease_seconds=30, worker_dead_seconds=30, message="auto-recovered: t"
+            )
+            uow.commit()
+
+    threads = [threading.Thread(target=stamp), threading.Thread(target=recover)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(10)
+    assert result == {"won": False}
+    assert view(svc, admin, job_id)["status"] == "GENERATING"
+
+
+def test_dead_worker_is_found_by_its_heartbeat(svc: Services, admin: UserRecord) -> None:
+    job_id = new_job(svc, admin)
+    with svc.uow_factory() as uow:
+        worker_id = uow.repo.register_worker("host-a", 4242)
+        uow.commit()
+    claim(svc, admin, job_id, worker_id=worker_id)
+    # Progress is recent (well within the 30 s lease) but the worker went silent.
+    set_worker(svc, worker_id, heartbeat_at=ago(31))
+    job = get_job(svc.uow_factory, svc.settings, admin, job_id)
+    assert job["status"] == "FAILED"
+    assert "host-a:4242 stopped heartbeating" in job["error_message"]
+    assert job["runs"][-1]["outcome"] == "RECOVERED"
+
+
+def test_live_worker_keeps_its_job(svc: Services, admin: UserRecord) -> None:
+    job_id = new_job(svc, admin)
+    with svc.uow_factory() as uow:
+        worker_id = uow.repo.register_worker("host-a", 4242)
+        uow.commit()
+    claim(svc, admin, job_id, worker_id=worker_id)
+    set_worker(svc, worker_id, heartbeat_at=ago(5))
+    assert get_job(svc.uow_factory, svc.settings, admin, job_id)["status"] == "GENERATING"
+
+
+def test_job_whose_items_are_all_done_recovers_as_completed(
+    svc: Services, admin: UserRecord
+) -> None:
+    job_id = _wedge(svc, admin)
+    set_items(svc, job_id, status="DONE", audio_path="jobs/x.mp3", updated_at=ago(HOUR))
+    job = get_job(svc.uow_factory, svc.settings, admin, job_id)
+    assert job["status"] == "COMPLETED"
+    assert job["runs"][-1]["outcome"] == "RECOVERED"
+
+
+def test_list_recovers_before_answering(svc: Services, admin: UserRecord, client, auth) -> None:  # type: ignore[no-untyped-def]
+    job_id = _wedge(svc, admin)
+    body = client.get("/api/jobs", headers=auth).get_json()
+    (summary,) = [j for j in body["jobs"] if j["id"] == job_id]
+    assert summary["status"] == "FAILED"
+    assert "items" not in summary and "runs" not in summary
+
+
+def test_recover_command_sweeps_every_organization(app, svc: Services, admin: UserRecord) -> None:  # type: ignore[no-untyped-def]
+    _wedge(svc, admin)
+    result = app.test_cli_runner().invoke(args=["recover"])
+    assert result.exit_code == 0, result.output
+    assert "recovered 1 job(s)" in result.output
+
+
+def test_short_lease_recovers_a_silent_run(svc: Services, admin: UserRecord) -> None:
+    settings = with_settings(
+        svc.settings, lease_seconds=2.5, tts_timeout_seconds=0.5, tts_max_attempts=2
+    )
+    job_id = new_job(svc, admin)
+    claim(svc, admin, job_id)
+    assert get_job(svc.uow_factory, settings, admin, job_id)["status"] == "GENERATING"
+    time.sleep(2.7)
+    assert get_job(svc.uow_factory, settings, admin, job_id)["status"] == "FAILED"
+
+
+@pytest.mark.parametrize("backend", ["postgresql"], indirect=True)
+def test_read_answers_while_another_process_holds_the_row(svc: Services, admin: UserRecord) -> None:
+    """Row locks and lock_timeout are PostgreSQL's; SQLite serializes whole writes."""
+    job_id = _wedge(svc, admin)
+    holder = svc.engine.connect()
+    tx = holder.begin()
+    try:
+        holder.exec_driver_sql(f"SELECT id FROM jobs WHERE id = {job_id} FOR UPDATE")
+        started = time.monotonic()
+        job = get_job(svc.uow_factory, svc.settings, admin, job_id)
+        assert job["status"] == "GENERATING"  # answered as it is, not an error
+        assert time.monotonic() - started < 10
+    finally:
+        tx.rollback()
+        holder.close()
+    assert get_job(svc.uow_factory, svc.settings, admin, job_id)["status"] == "FAILED"
+
+
+def test_stale_check_is_one_candidate_per_dead_job(svc: Services, admin: UserRecord) -> None:
+    for _ in range(3):
+        _wedge(svc, admin)
+    with svc.uow_factory() as uow:
+        stale = uow.repo.find_stale_jobs(lease_seconds=30, worker_dead_seconds=30)
+    assert len(stale) == 3
+    assert all(isinstance(s, StaleJob) and s.reason == "lease" for s in stale)

@@ -1,0 +1,161 @@
+"""The runner end to end with a fake provider that counts billed calls."""
+
+from __future__ import annotations
+
+import threading
+from pathlib import Path
+
+from flask import Flask
+
+from speechbatch import create_app
+from speechbatch.app import Services
+from speechbatch.repository import StaleJob, UserRecord
+from speechbatch.services import get_job, start_generation
+from tests.conftest import services
+from tests.fakes import FakeProvider, fake_audio, permanent, retryable
+from tests.helpers import new_job, statuses, view, wait_for
+
+
+def _run(svc: Services, user: UserRecord, job_id: int, regenerate: bool = False) -> dict:  # type: ignore[type-arg]
+    start_generation(svc.uow_factory, svc.settings, svc.runner, user, job_id, regenerate=regenerate)
+    return wait_for(
+        lambda: (j := view(svc, user, job_id))["status"] != "GENERATING" and j, timeout=20
+    )
+
+
+def _audio_files(svc: Services) -> list[Path]:
+    return sorted(p for p in svc.storage.root.rglob("*") if p.is_file())
+
+
+def test_run_completes_every_item_with_audio(
+    svc: Services, admin: UserRecord, provider: FakeProvider
+) -> None:
+    job_id = new_job(svc, admin, 6)
+    job = _run(svc, admin, job_id)
+    assert job["status"] == "COMPLETED"
+    assert job["progress"] == {"total": 6, "pending": 0, "generating": 0, "done": 6, "error": 0}
+    assert job["runs"][-1]["outcome"] == "COMPLETED"
+    assert job["finished_at"] is not None
+    for item in job["items"]:
+        with svc.uow_factory() as uow:
+            key = uow.repo.item_audio(job_id, item["id"], admin.organization_id)
+        assert key is not None and "-a1." in key  # the path carries the attempt
+        assert svc.storage.path(key).read_bytes() == fake_audio(item["text"])
+    assert all(n == 1 for n in provider.calls.values())
+    assert not [p for p in _audio_files(svc) if p.name.startswith(".tmp")]
+
+
+def test_item_failure_fails_the_job_and_retry_resumes_without_paying_twice(
+    svc: Services, admin: UserRecord, provider: FakeProvider
+) -> None:
+    job_id = new_job(svc, admin, 5)
+    provider.fail_texts["text 3"] = permanent("voice not allowed for this text")
+    job = _run(svc, admin, job_id)
+    assert job["status"] == "FAILED"
+    assert statuses(job) == ["DONE", "DONE", "ERROR", "DONE", "DONE"]
+    assert job["items"][2]["error_message"] == "voice not allowed for this text"
+    assert job["runs"][-1]["outcome"] == "FAILED"
+    del provider.fail_texts["text 3"]
+    job = _run(svc, admin, job_id)
+    assert job["status"] == "COMPLETED"
+    assert job["attempt"] == 2
+    assert dict(provider.calls) == {
+        "text 1": 1, "text 2": 1, "text 3": 2, "text 4": 1, "text 5": 1,
+    }  # fmt: skip
+
+
+def test_transient_errors_are_retried_within_max_attempts(
+    svc: Services, admin: UserRecord, provider: FakeProvider
+) -> None:
+    job_id = new_job(svc, admin, 2)
+    provider.fail_texts["text 2"] = retryable()
+    job = _run(svc, admin, job_id)
+    assert statuses(job) == ["DONE", "ERROR"]
+    assert provider.calls["text 2"] == svc.settings.tts_max_attempts
+    assert "gave up after 2 attempts" in job["items"][1]["error_message"]
+
+
+def test_regenerate_sends_every_item_again_and_replaces_audio(
+    svc: Services, admin: UserRecord, provider: FakeProvider
+) -> None:
+    job_id = new_job(svc, admin, 3)
+    _run(svc, admin, job_id)
+    job = _run(svc, admin, job_id, regenerate=True)
+    assert job["status"] == "COMPLETED"
+    assert all(n == 2 for n in provider.calls.values())
+    names = [p.name for p in _audio_files(svc)]
+    assert len(names) == 3 and all("-a2." in n for n in names)  # old audio replaced
+
+
+def test_fenced_run_cannot_write_after_recovery_and_reclaim(
+    svc: Services, admin: UserRecord, provider: FakeProvider
+) -> None:
+    """A run declared dead, whose job was claimed again, learns it lost and stops."""
+    job_id = new_job(svc, admin, 8)
+    provider.gate = threading.Event()
+    start_generation(svc.uow_factory, svc.settings, svc.runner, admin, job_id)
+    wait_for(lambda: provider.in_flight == svc.settings.item_concurrency)
+    with svc.uow_factory() as uow:  # declare run 1 dead
+        assert uow.repo.recover_stale_job(
+            StaleJob(job_id, 1, "lease", None), lease_seconds=0,
+            worker_dead_seconds=0, message="auto-recovered: test",
+        )  # fmt: skip
+        uow.commit()
+    with svc.uow_factory() as uow:  # a new run (played by the test) claims it
+        assert uow.repo.claim_job(
+            job_id, admin.organization_id, regenerate=False, user_id=None, worker_id=None
+        ) == 2  # fmt: skip
+        uow.commit()
+    before = view(svc, admin, job_id)
+    provider.gate.set()  # the zombie's calls return
+    wait_for(lambda: not svc.runner.live_runs())
+    after = view(svc, admin, job_id)
+    assert after == before
+    assert statuses(after) == ["PENDING"] * 8
+    assert after["runs"][0]["outcome"] == "RECOVERED"
+    assert after["runs"][1]["outcome"] == "RUNNING"
+    # It made only the calls already in flight, and left no audio behind.
+    assert provider.total_calls() == svc.settings.item_concurrency
+    assert _audio_files(svc) == []
+
+
+def test_graceful_stop_interrupts_and_a_retry_resumes(
+    settings,
+    admin: UserRecord,
+    tmp_path: Path,  # type: ignore[no-untyped-def]
+) -> None:
+    slow = FakeProvider(latency=0.15)
+    first: Flask = create_app(settings, provider=slow)
+    svc = services(first)
+    job_id = new_job(svc, admin, 12)
+    start_generation(svc.uow_factory, svc.settings, svc.runner, admin, job_id)
+    wait_for(lambda: view(svc, admin, job_id)["progress"]["done"] >= 2)
+    svc.runner.drain(timeout=5)  # SIGTERM: no new item, in-flight ones finish
+    job = get_job(svc.uow_factory, svc.settings, admin, job_id)
+    assert job["status"] == "FAILED"
+    assert job["runs"][-1]["outcome"] == "INTERRUPTED"
+    assert "interrupted" in job["error_message"]
+    done_before = {i["text"] for i in job["items"] if i["status"] == "DONE"}
+    assert 2 <= len(done_before) < 12
+    assert job["progress"]["generating"] == 0
+    calls_before = slow.total_calls()
+    assert calls_before == len(done_before)  # in-flight calls finished, none started after
+    svc.engine.dispose()
+
+    second = create_app(settings, provider=slow)  # the restarted server
+    svc2 = services(second)
+    job = _run(svc2, admin, job_id)
+    assert job["status"] == "COMPLETED"
+    assert all(slow.calls[t] == 1 for t in done_before)
+    assert slow.total_calls() == 12
+    svc2.runner.drain(5)
+    svc2.engine.dispose()
+
+
+def test_each_run_records_its_worker(svc: Services, admin: UserRecord) -> None:
+    job_id = new_job(svc, admin, 1)
+    job = _run(svc, admin, job_id)
+    import os
+    import socket
+
+    assert job["runs"][0]["worker"] == f"{socket.gethostname()}:{os.getpid()}"

@@ -1,0 +1,66 @@
+"""Settings from the environment, validated at start with one clear line."""
+
+from __future__ import annotations
+
+import pytest
+
+from speechbatch.config import OPENAI_VOICES, Settings
+from speechbatch.errors import ConfigError
+
+
+def test_defaults() -> None:
+    s = Settings.from_env({})
+    assert s.tts_provider == "espeak"
+    assert s.lease_seconds == 1800 and s.worker_dead_seconds == 60
+    assert s.item_concurrency == 4 and s.tts_max_attempts == 4 and s.tts_timeout_seconds == 60
+    assert s.tts_voices == OPENAI_VOICES
+    assert s.database_url.startswith("sqlite:///") and s.database_url.endswith("speechbatch.db")
+    assert s.tts_model == "gpt-4o-mini-tts"
+
+
+def test_values_are_read() -> None:
+    s = Settings.from_env(
+        {
+            "SPEECHBATCH_TTS_PROVIDER": "OpenAI",
+            "SPEECHBATCH_TTS_BASE_URL": "http://127.0.0.1:9/v1",
+            "SPEECHBATCH_TTS_VOICES": "a, b ,c",
+            "SPEECHBATCH_TTS_TIMEOUT_SECONDS": "2",
+            "SPEECHBATCH_TTS_MAX_ATTEMPTS": "2",
+            "SPEECHBATCH_LEASE_SECONDS": "7",
+            "SPEECHBATCH_WORKER_DEAD_SECONDS": "3",
+            "SPEECHBATCH_ITEM_CONCURRENCY": "8",
+            "SPEECHBATCH_TTS_API_KEY": "sk-secret",
+        }
+    )
+    assert s.tts_provider == "openai" and s.tts_voices == ("a", "b", "c")
+    assert s.lease_seconds == 7 and s.worker_dead_seconds == 3 and s.item_concurrency == 8
+    assert "sk-secret" not in repr(s)
+
+
+@pytest.mark.parametrize(
+    "env,variable",
+    [
+        ({"SPEECHBATCH_TTS_PROVIDER": "polly"}, "SPEECHBATCH_TTS_PROVIDER"),
+        ({"SPEECHBATCH_TTS_BASE_URL": "not a url"}, "SPEECHBATCH_TTS_BASE_URL"),
+        ({"SPEECHBATCH_TTS_BASE_URL": "ftp://host/v1"}, "SPEECHBATCH_TTS_BASE_URL"),
+        ({"SPEECHBATCH_LEASE_SECONDS": "60"}, "SPEECHBATCH_LEASE_SECONDS"),
+        ({"SPEECHBATCH_LEASE_SECONDS": "soon"}, "SPEECHBATCH_LEASE_SECONDS"),
+        ({"SPEECHBATCH_ITEM_CONCURRENCY": "0"}, "SPEECHBATCH_ITEM_CONCURRENCY"),
+        ({"SPEECHBATCH_TTS_MAX_ATTEMPTS": "0"}, "SPEECHBATCH_TTS_MAX_ATTEMPTS"),
+        ({"SPEECHBATCH_DATABASE_URL": "mysql://x"}, "SPEECHBATCH_DATABASE_URL"),
+        ({"SPEECHBATCH_ENV": "production"}, "SPEECHBATCH_SECRET_KEY"),
+    ],
+)
+def test_bad_configuration_names_the_variable(env: dict[str, str], variable: str) -> None:
+    with pytest.raises(ConfigError) as info:
+        Settings.from_env(env)
+    assert variable in str(info.value)
+    assert "\n" not in str(info.value)
+
+
+def test_lease_must_exceed_one_items_worst_case() -> None:
+    # 4 attempts x 60 s + 3 waits x 60 s = 420 s
+    assert Settings().item_worst_case_seconds == 420
+    with pytest.raises(ConfigError, match="LEASE_SECONDS"):
+        Settings.from_env({"SPEECHBATCH_LEASE_SECONDS": "420"})
+    assert Settings.from_env({"SPEECHBATCH_LEASE_SECONDS": "421"}).lease_seconds == 421
