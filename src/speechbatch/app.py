@@ -98,12 +98,18 @@ def create_app(settings: Settings | None = None, *, provider: TTSProvider | None
     app.json.sort_keys = False  # type: ignore[attr-defined]
     csrf.init_app(app)
 
+    from . import metrics
     from .cli import register_cli
     from .web import api, errors, pages
 
     app.register_blueprint(api.bp)
     csrf.exempt(api.bp)  # the API checks X-CSRFToken itself for session-authenticated writes
     app.register_blueprint(pages.bp)
+    from .web import exports_api
+
+    app.register_blueprint(exports_api.bp)
+    csrf.exempt(exports_api.create_export)  # require_user checks X-CSRFToken on session writes
+    app.register_blueprint(metrics.bp)
     errors.register(app)
     register_cli(app)
     # Processes not run by gunicorn (flask run) still end their runs as INTERRUPTED.

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any, cast
 
 from sqlalchemy import (
@@ -338,6 +338,7 @@ class Repository:
         if row is None:
             return None
         view = _summary(row)
+        view["lease"] = self._lease(job_id, row.updated_at)
         item_rows = self.session.execute(
             select(
                 items.c.id,
@@ -397,6 +398,43 @@ class Repository:
             for r in run_rows
         ]
         return view
+
+    def _lease(self, job_id: int, job_updated_at: datetime) -> dict[str, Any]:
+        """Raw facts behind liveness: newest progress signal, worker heartbeat, reclaims."""
+        newest_item = (
+            select(func.max(items.c.updated_at)).where(items.c.job_id == job_id).scalar_subquery()
+        )
+        reclaims = (
+            select(func.count())
+            .where(runs.c.job_id == job_id, runs.c.outcome == RunOutcome.RECOVERED)
+            .scalar_subquery()
+        )
+        row = self.session.execute(
+            select(
+                newest_item.label("newest_item"),
+                reclaims.label("reclaims"),
+                workers.c.hostname,
+                workers.c.pid,
+                workers.c.heartbeat_at,
+            )
+            .select_from(jobs)
+            .outerjoin(runs, and_(runs.c.job_id == jobs.c.id, runs.c.attempt == jobs.c.attempt))
+            .outerjoin(workers, workers.c.id == runs.c.worker_id)
+            .where(jobs.c.id == job_id)
+        ).one()
+        newest = job_updated_at
+        if row.newest_item is not None:
+            # SQLite hands back the raw max() text; the column type only parses columns.
+            item_at = row.newest_item
+            if isinstance(item_at, str):
+                item_at = datetime.fromisoformat(item_at).replace(tzinfo=UTC)
+            newest = max(newest, item_at)
+        return {
+            "worker": f"{row.hostname}:{row.pid}" if row.hostname else None,
+            "worker_heartbeat_at": _iso(row.heartbeat_at),
+            "last_progress_at": _iso(newest),
+            "reclaim_count": int(row.reclaims),
+        }
 
     def list_job_summaries(
         self,

@@ -17,6 +17,7 @@ import time
 import weakref
 from dataclasses import dataclass, field
 
+from . import metrics
 from .config import Settings
 from .errors import Fenced
 from .providers.base import ProviderError, TTSProvider
@@ -109,13 +110,21 @@ class Runner:
             for t in threads:
                 t.join()
             if run.fenced.is_set():
-                log.warning("run fenced job=%s attempt=%s: stopped", run.job_id, run.attempt)
+                metrics.FENCED.inc()
+                log.warning(
+                    "run fenced: declared dead or superseded, stopped job=%s attempt=%s",
+                    run.job_id, run.attempt,
+                )  # fmt: skip
             elif self.draining:
                 self._interrupt(run)
             else:
                 with self._uow_factory() as uow:
                     status = uow.repo.finish_run(run.job_id, run.attempt)
                     uow.commit()
+                if status is None:
+                    metrics.FENCED.inc()
+                else:
+                    metrics.RUNS.labels(outcome=status).inc()
                 log.info("run ended job=%s attempt=%s status=%s", run.job_id, run.attempt, status)
         except Exception as exc:
             log.exception("run crashed job=%s attempt=%s", run.job_id, run.attempt)
@@ -181,8 +190,15 @@ class Runner:
                 max_attempts=self.settings.tts_max_attempts,
                 timeout_seconds=self.settings.tts_timeout_seconds,
                 before_attempt=before_attempt,
+                on_result=lambda status, seconds: metrics.record_provider_call(
+                    status, seconds, len(started.text)
+                ),
             )
         except ProviderError as exc:
+            log.warning(
+                "provider failure job=%s attempt=%s item=%s status=%s: %s",
+                run.job_id, run.attempt, item_id, exc.status, exc.message,
+            )  # fmt: skip
             self._finish(run, item_id, error_message=exc.message)
             return
         key = audio_key(run.job_id, item_id, run.attempt, self.provider.file_extension)
@@ -236,6 +252,8 @@ class Runner:
         with self._uow_factory() as uow:
             won = uow.repo.interrupt_run(run.job_id, run.attempt, message)
             uow.commit()
+        if won:
+            metrics.RUNS.labels(outcome="INTERRUPTED").inc()
         log.info("run interrupted job=%s attempt=%s won=%s", run.job_id, run.attempt, won)
 
     def drain(self, timeout: float) -> None:

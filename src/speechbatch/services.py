@@ -7,11 +7,13 @@ import logging
 import secrets
 from collections.abc import Sequence
 from dataclasses import dataclass
+from datetime import datetime, timedelta
 from typing import Any
 
 from sqlalchemy.exc import OperationalError
 from werkzeug.security import check_password_hash, generate_password_hash
 
+from . import metrics
 from .config import Settings
 from .errors import AlreadyGenerating, NotFound, NothingToGenerate, ValidationError
 from .models import JobStatus
@@ -193,6 +195,8 @@ def recover_stale(
             continue
         if won:
             recovered += 1
+            metrics.RECOVERIES.labels(reason=job.reason).inc()
+            metrics.RUNS.labels(outcome="RECOVERED").inc()
             log.warning(
                 "job recovered job=%s attempt=%s reason=%s worker=%s",
                 job.job_id, job.attempt, job.reason, job.worker,
@@ -220,6 +224,25 @@ def get_job(
         view = uow.repo.get_job_view(job_id, user.organization_id)
     if view is None:
         raise NotFound("job not found")
+    return with_lease_expiry(view, settings)
+
+
+def with_lease_expiry(view: dict[str, Any], settings: Settings) -> dict[str, Any]:
+    """Add when the run would be declared dead, from the database's own timestamps."""
+    lease = view["lease"]
+    live = view["status"] == JobStatus.GENERATING
+    lease["lease_seconds"] = settings.lease_seconds
+    lease["worker_dead_seconds"] = settings.worker_dead_seconds
+    lease["expires_at"] = None
+    lease["worker_expires_at"] = None
+    if live:
+        last = datetime.fromisoformat(lease["last_progress_at"])
+        lease["expires_at"] = (last + timedelta(seconds=settings.lease_seconds)).isoformat()
+        if lease["worker_heartbeat_at"]:
+            beat = datetime.fromisoformat(lease["worker_heartbeat_at"])
+            lease["worker_expires_at"] = (
+                beat + timedelta(seconds=settings.worker_dead_seconds)
+            ).isoformat()
     return view
 
 
@@ -278,18 +301,20 @@ def start_generation(
         else:
             uow.commit()
     if attempt is None:
+        metrics.CLAIMS.labels(result="refused").inc()
         log.info("claim refused job=%s reason=%s", job_id, reason)
         if reason == "not_found":
             raise NotFound("job not found")
         if reason == "already_generating":
             raise AlreadyGenerating()
         raise NothingToGenerate()
+    metrics.CLAIMS.labels(result="won").inc()
     log.info("claim won job=%s attempt=%s regenerate=%s", job_id, attempt, regenerate)
     runner.start(job_id, attempt)
     with uow_factory() as uow:
         view = uow.repo.get_job_view(job_id, user.organization_id)
     assert view is not None
-    return view
+    return with_lease_expiry(view, settings)
 
 
 def item_audio_key(uow_factory: UowFactory, user: UserRecord, job_id: int, item_id: int) -> str:

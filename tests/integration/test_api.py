@@ -222,3 +222,48 @@ def test_session_write_without_csrf_header_is_400(client: FlaskClient, admin: Us
     resp = client.post("/api/jobs", json={"title": "t", "voice": "alloy", "items": ["a"]})
     _error(resp, 400, "bad_request")
     assert client.get("/api/jobs").get_json() == {"jobs": []}
+
+
+def test_job_shows_its_lease(
+    client: FlaskClient, auth: dict[str, str], provider, svc: Services
+) -> None:  # type: ignore[no-untyped-def]
+    import threading
+    from datetime import datetime
+
+    provider.gate = threading.Event()
+    job_id = _create(client, auth).get_json()["id"]
+    client.post(f"/api/jobs/{job_id}/generate", headers=auth)
+    lease = client.get(f"/api/jobs/{job_id}", headers=auth).get_json()["lease"]
+    provider.gate.set()
+    assert lease["worker"] and lease["reclaim_count"] == 0
+    last = datetime.fromisoformat(lease["last_progress_at"])
+    expires = datetime.fromisoformat(lease["expires_at"])
+    assert (expires - last).total_seconds() == svc.settings.lease_seconds
+    beat = datetime.fromisoformat(lease["worker_heartbeat_at"])
+    worker_expires = datetime.fromisoformat(lease["worker_expires_at"])
+    assert (worker_expires - beat).total_seconds() == svc.settings.worker_dead_seconds
+
+
+def test_metrics_count_claims_and_billed_calls(client: FlaskClient, auth: dict[str, str]) -> None:
+    def sample(name: str) -> float:
+        text = client.get("/metrics").get_data(as_text=True)
+        return sum(
+            float(line.rsplit(" ", 1)[1])
+            for line in text.splitlines()
+            if line.startswith(name) and not line.startswith("#")
+        )
+
+    won, calls = (
+        sample('speechbatch_claims_total{result="won"}'),
+        sample('speechbatch_provider_calls_total{status="200"}'),
+    )
+    job_id = _create(client, auth, 3).get_json()["id"]
+    client.post(f"/api/jobs/{job_id}/generate", headers=auth)
+    wait_for(
+        lambda: client.get(f"/api/jobs/{job_id}", headers=auth).get_json()["status"] == "COMPLETED"
+    )
+    client.post(f"/api/jobs/{job_id}/generate", headers=auth)  # refused: nothing to do
+    assert sample('speechbatch_claims_total{result="won"}') == won + 1
+    assert sample('speechbatch_provider_calls_total{status="200"}') == calls + 3
+    assert sample('speechbatch_claims_total{result="refused"}') >= 1
+    assert client.get("/metrics").mimetype == "text/plain"

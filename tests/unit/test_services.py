@@ -41,7 +41,10 @@ class FakeRepository:
 
     def get_job_view(self, job_id: int, org: int) -> dict[str, Any] | None:
         job = self.jobs.get(job_id)
-        return {"id": job_id, **job} if job and job["org"] == org else None
+        if job is None or job["org"] != org:
+            return None
+        lease = {"worker": None, "worker_heartbeat_at": None, "last_progress_at": None}
+        return {"id": job_id, "status": "PENDING", "lease": lease, **job}
 
     def find_stale_jobs(self, **kwargs: Any) -> list[StaleJob]:
         return list(self.stale)

@@ -1,0 +1,58 @@
+"""Prometheus metrics and the /metrics endpoint.
+
+Counters live in this process. Under gunicorn with several workers, set
+``PROMETHEUS_MULTIPROC_DIR`` to an empty directory so that /metrics aggregates every
+worker (prometheus-client's multiprocess mode); without it a scrape sees one worker.
+"""
+
+from __future__ import annotations
+
+import os
+
+from flask import Blueprint, Response
+from prometheus_client import (
+    CONTENT_TYPE_LATEST,
+    CollectorRegistry,
+    Counter,
+    Histogram,
+    generate_latest,
+)
+
+CLAIMS = Counter("speechbatch_claims_total", "Job claims by result", ["result"])
+RUNS = Counter("speechbatch_runs_total", "Runs ended, by outcome", ["outcome"])
+RECOVERIES = Counter("speechbatch_recoveries_total", "Dead runs recovered, by reason", ["reason"])
+FENCED = Counter("speechbatch_fenced_writes_total", "Writes refused because the run was fenced")
+PROVIDER_CALLS = Counter(
+    "speechbatch_provider_calls_total", "Provider calls (each is billed), by status", ["status"]
+)
+PROVIDER_LATENCY = Histogram(
+    "speechbatch_provider_latency_seconds",
+    "Duration of one provider call",
+    buckets=(0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120),
+)
+BILLED_CHARACTERS = Counter(
+    "speechbatch_billed_characters_total", "Characters sent to the provider (billed)"
+)
+
+bp = Blueprint("metrics", __name__)
+
+
+def record_provider_call(status: str, seconds: float, characters: int) -> None:
+    """Count one provider call, its latency and the characters it billed."""
+    PROVIDER_CALLS.labels(status=status).inc()
+    PROVIDER_LATENCY.observe(seconds)
+    BILLED_CHARACTERS.inc(characters)
+
+
+@bp.get("/metrics")
+def metrics() -> Response:
+    """Prometheus text exposition."""
+    if os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
+        from prometheus_client import multiprocess
+
+        registry = CollectorRegistry()
+        multiprocess.MultiProcessCollector(registry)  # type: ignore[no-untyped-call]
+        data = generate_latest(registry)
+    else:
+        data = generate_latest()
+    return Response(data, mimetype=CONTENT_TYPE_LATEST)
