@@ -51,7 +51,7 @@ def metrics() -> Response:
         from prometheus_client import multiprocess
 
         registry = CollectorRegistry()
-        multiprocess.MultiProcessCollector(registry)  # type: ignore[no-untyped-call]
+        multiprocess.MultiProcessCollector(registry)
         data = generate_latest(registry)
     else:
         data = generate_latest()
