@@ -6,7 +6,7 @@ look at row counts. Methods run inside the caller's unit of work and never commi
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, cast
@@ -73,7 +73,6 @@ class StartedItem:
     """What a run needs to send an item it has just marked GENERATING."""
 
     text: str
-    voice: str
     previous_audio_path: str | None
 
 
@@ -478,15 +477,21 @@ class Repository:
 
     # --- the run: fenced progress stamps ---------------------------------------------
 
-    def runnable_item_ids(self, job_id: int) -> list[int]:
-        """Items a run must still send, in order."""
-        return list(
+    def runnable_items(self, job_id: int) -> tuple[str, list[int]]:
+        """The job's voice and the items a run must still send, in order."""
+        voice: str = self.session.execute(
+            select(jobs.c.voice).where(jobs.c.id == job_id)
+        ).scalar_one()
+        ids: list[int] = (
             self.session.execute(
                 select(items.c.id)
                 .where(items.c.job_id == job_id, items.c.status == ItemStatus.PENDING)
                 .order_by(items.c.position)
-            ).scalars()
+            )
+            .scalars()
+            .all()
         )
+        return voice, ids
 
     def stamp_job_progress(self, job_id: int, attempt: int) -> bool:
         """Fence and heartbeat: stamp the job if it is still GENERATING at ``attempt``.
@@ -525,10 +530,7 @@ class Repository:
         ).first()
         if row is None:
             return None
-        voice: str = self.session.execute(
-            select(jobs.c.voice).where(jobs.c.id == job_id)
-        ).scalar_one()
-        return StartedItem(text=row.text, voice=voice, previous_audio_path=row.audio_path)
+        return StartedItem(text=row.text, previous_audio_path=row.audio_path)
 
     def finish_item(
         self,
@@ -555,14 +557,21 @@ class Repository:
             )
         else:
             values.update(status=ItemStatus.ERROR, error_message=error_message)
+        mine = items.c.status == ItemStatus.GENERATING
+        if error_message is None:
+            # The same write again (a retry after a lost commit acknowledgement) wins again.
+            mine = or_(
+                mine,
+                and_(
+                    items.c.status == ItemStatus.DONE,
+                    items.c.audio_path == audio_path,
+                    items.c.audio_sha256 == audio_sha256,
+                ),
+            )
         return (
             self.session.execute(
                 update(items)
-                .where(
-                    items.c.id == item_id,
-                    items.c.job_id == job_id,
-                    items.c.status == ItemStatus.GENERATING,
-                )
+                .where(items.c.id == item_id, items.c.job_id == job_id, mine)
                 .values(**values)
                 .returning(items.c.id)
             ).first()

@@ -15,18 +15,26 @@ import queue
 import threading
 import time
 import weakref
+from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import TypeVar
+
+from sqlalchemy.exc import InterfaceError, OperationalError
 
 from . import metrics
 from .config import Settings
 from .errors import Fenced
 from .providers.base import ProviderError, TTSProvider
 from .providers.retry import synthesize_with_retries
+from .repository import Repository
 from .storage import LocalStorage
 from .uow import UowFactory
 from .workers import WorkerIdentity
 
 log = logging.getLogger(__name__)
+T = TypeVar("T")
+# How long a run waits for an unreachable database before giving up on a write.
+DB_RETRY_SECONDS = 60.0
 
 _RUNNERS: weakref.WeakSet[Runner] = weakref.WeakSet()
 
@@ -40,6 +48,7 @@ def audio_key(job_id: int, item_id: int, attempt: int, extension: str) -> str:
 class _Run:
     job_id: int
     attempt: int
+    voice: str = ""
     fenced: threading.Event = field(default_factory=threading.Event)
     done: threading.Event = field(default_factory=threading.Event)
 
@@ -66,6 +75,29 @@ class Runner:
         self._draining = threading.Event()
         _RUNNERS.add(self)
 
+    def _tx(self, work: Callable[[Repository], T]) -> T:
+        """Run one short transaction, retrying while the database is unreachable.
+
+        A paid-for result must survive a database restart, so a run waits for the
+        database (up to DB_RETRY_SECONDS) rather than dropping the audio. Every write
+        here is a compare-and-set, so a retry after a lost commit acknowledgement can
+        at worst lose the race, never write twice.
+        """
+        delay = 0.25
+        deadline = time.monotonic() + DB_RETRY_SECONDS
+        while True:
+            try:
+                with self._uow_factory() as uow:
+                    result = work(uow.repo)
+                    uow.commit()
+                    return result
+            except (OperationalError, InterfaceError) as exc:
+                if time.monotonic() > deadline or self._draining.is_set():
+                    raise
+                log.warning("database unavailable, retrying in %.1f s: %s", delay, exc.orig)
+                time.sleep(delay)
+                delay = min(delay * 2, 5.0)
+
     def worker_id(self) -> int:
         """This process's worker id (registered on first use)."""
         return self.identity.id()
@@ -91,8 +123,7 @@ class Runner:
 
     def _run(self, run: _Run) -> None:
         try:
-            with self._uow_factory() as uow:
-                item_ids = uow.repo.runnable_item_ids(run.job_id)
+            run.voice, item_ids = self._tx(lambda repo: repo.runnable_items(run.job_id))
             work: queue.SimpleQueue[int] = queue.SimpleQueue()
             for item_id in item_ids:
                 work.put(item_id)
@@ -118,9 +149,7 @@ class Runner:
             elif self.draining:
                 self._interrupt(run)
             else:
-                with self._uow_factory() as uow:
-                    status = uow.repo.finish_run(run.job_id, run.attempt)
-                    uow.commit()
+                status = self._tx(lambda repo: repo.finish_run(run.job_id, run.attempt))
                 if status is None:
                     metrics.FENCED.inc()
                 else:
@@ -136,9 +165,11 @@ class Runner:
 
     def _end_after_crash(self, run: _Run, exc: Exception) -> None:
         try:
-            with self._uow_factory() as uow:
-                uow.repo.finish_run(run.job_id, run.attempt, run_error=f"run failed: {exc}")
-                uow.commit()
+            self._tx(
+                lambda repo: repo.finish_run(
+                    run.job_id, run.attempt, run_error=f"run failed: {exc}"
+                )
+            )
         except Exception:
             # Recovery will find it through the lease or the heartbeat.
             log.exception("could not end crashed run job=%s", run.job_id)
@@ -158,16 +189,11 @@ class Runner:
         """Stamp progress; raise Fenced when this run may no longer write."""
         if run.fenced.is_set():
             raise Fenced()
-        with self._uow_factory() as uow:
-            won = uow.repo.stamp_job_progress(run.job_id, run.attempt)
-            uow.commit()
-        if not won:
+        if not self._tx(lambda repo: repo.stamp_job_progress(run.job_id, run.attempt)):
             raise Fenced()
 
     def _process_item(self, run: _Run, item_id: int) -> None:
-        with self._uow_factory() as uow:
-            started = uow.repo.start_item(run.job_id, run.attempt, item_id)
-            uow.commit()
+        started = self._tx(lambda repo: repo.start_item(run.job_id, run.attempt, item_id))
         if started is None:
             # Either fenced or the item is no longer PENDING; the fence tells which.
             self._fence(run)
@@ -186,7 +212,7 @@ class Runner:
             audio = synthesize_with_retries(
                 self.provider,
                 started.text,
-                started.voice,
+                run.voice,
                 max_attempts=self.settings.tts_max_attempts,
                 timeout_seconds=self.settings.tts_timeout_seconds,
                 before_attempt=before_attempt,
@@ -231,8 +257,8 @@ class Runner:
         audio_sha256: str | None = None,
         error_message: str | None = None,
     ) -> None:
-        with self._uow_factory() as uow:
-            won = uow.repo.finish_item(
+        won = self._tx(
+            lambda repo: repo.finish_item(
                 run.job_id,
                 run.attempt,
                 item_id,
@@ -241,7 +267,7 @@ class Runner:
                 audio_sha256=audio_sha256,
                 error_message=error_message,
             )
-            uow.commit()
+        )
         if not won:
             raise Fenced()
 
@@ -249,9 +275,7 @@ class Runner:
         message = (
             "interrupted: the server stopped; Retry resumes without paying again for DONE items"
         )
-        with self._uow_factory() as uow:
-            won = uow.repo.interrupt_run(run.job_id, run.attempt, message)
-            uow.commit()
+        won = self._tx(lambda repo: repo.interrupt_run(run.job_id, run.attempt, message))
         if won:
             metrics.RUNS.labels(outcome="INTERRUPTED").inc()
         log.info("run interrupted job=%s attempt=%s won=%s", run.job_id, run.attempt, won)
