@@ -6,7 +6,7 @@ look at row counts. Methods run inside the caller's unit of work and never commi
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, cast
@@ -482,14 +482,12 @@ class Repository:
         voice: str = self.session.execute(
             select(jobs.c.voice).where(jobs.c.id == job_id)
         ).scalar_one()
-        ids: list[int] = (
+        ids: list[int] = list(
             self.session.execute(
                 select(items.c.id)
                 .where(items.c.job_id == job_id, items.c.status == ItemStatus.PENDING)
                 .order_by(items.c.position)
-            )
-            .scalars()
-            .all()
+            ).scalars()
         )
         return voice, ids
 
