@@ -1,7 +1,304 @@
-"""Server-rendered admin pages (placeholder until the web app lands)."""
+"""Server-rendered admin pages: parse the form, call one service, render or redirect."""
 
 from __future__ import annotations
 
-from flask import Blueprint
+import math
+from datetime import UTC, datetime
+from functools import wraps
+from typing import Any
+from urllib.parse import urlsplit
+
+from flask import (
+    Blueprint,
+    flash,
+    redirect,
+    render_template,
+    request,
+    session,
+    url_for,
+)
+from werkzeug.datastructures import FileStorage
+from werkzeug.wrappers import Response
+
+from .. import services as svc
+from ..errors import Conflict, ValidationError
+from ..models import JobStatus, RunOutcome
+from ..repository import UserRecord
+from .context import services, session_user
 
 bp = Blueprint("pages", __name__)
+
+PER_PAGE = 20
+STATUSES = (JobStatus.PENDING, JobStatus.GENERATING, JobStatus.COMPLETED, JobStatus.FAILED)
+POLL_INTERVAL_MS = 1500
+
+PageResponse = Response | str | tuple[str, int]
+
+
+def login_required(view: Any) -> Any:
+    """Send a visitor without a session to the login page, then back here."""
+
+    @wraps(view)
+    def wrapped(*args: Any, **kwargs: Any) -> Any:
+        if session_user() is None:
+            # Only a page can be returned to; a form's POST cannot be replayed by a GET.
+            back = request.full_path.rstrip("?") if request.method == "GET" else None
+            return redirect(url_for("pages.login", next=back))
+        return view(*args, **kwargs)
+
+    return wrapped
+
+
+def current() -> UserRecord:
+    """The signed-in user of this page (login_required guarantees one)."""
+    user = session_user()
+    assert user is not None
+    return user
+
+
+def safe_next(target: str | None) -> str:
+    """A local path to go to after login; anything pointing elsewhere becomes ``/``."""
+    if not target or not target.startswith("/") or target.startswith(("//", "/\\")):
+        return url_for("pages.index")
+    parts = urlsplit(target)
+    if parts.scheme or parts.netloc or any(c in target for c in "\r\n\\"):
+        return url_for("pages.index")
+    return target
+
+
+@bp.app_template_filter("when")
+def format_when(value: str | None) -> str:
+    """An ISO 8601 timestamp as ``YYYY-MM-DD HH:MM:SS UTC`` (empty for None)."""
+    if not value:
+        return ""
+    moment = datetime.fromisoformat(value)
+    if moment.tzinfo is None:
+        moment = moment.replace(tzinfo=UTC)
+    return moment.astimezone(UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
+
+
+def percent(progress: dict[str, int], key: str = "finished") -> int:
+    """The share of a job's items that are finished (DONE or ERROR), or of one status."""
+    total = progress.get("total", 0)
+    if not total:
+        return 0
+    count = progress["done"] + progress["error"] if key == "finished" else progress[key]
+    return round(100 * count / total)
+
+
+def actions(job: dict[str, Any]) -> dict[str, bool]:
+    """Which buttons can work for a job in its current state."""
+    status = job["status"]
+    not_done = job["progress"]["total"] - job["progress"]["done"]
+    return {
+        "generate": status == JobStatus.PENDING or (status == JobStatus.FAILED and not_done > 0),
+        "regenerate": status in (JobStatus.COMPLETED, JobStatus.FAILED),
+    }
+
+
+def recovery_notice(job: dict[str, Any]) -> dict[str, str] | None:
+    """A plain-words banner when the last run was auto-recovered or interrupted."""
+    if job["status"] == JobStatus.GENERATING or not job.get("runs"):
+        return None
+    last = job["runs"][-1]
+    progress = job["progress"]
+    finished = f"{progress['done']} of {progress['total']} items are done."
+    if last["outcome"] == RunOutcome.RECOVERED:
+        what = (
+            f"Run {last['attempt']} stopped unexpectedly (its server process crashed or "
+            "stopped responding) and was recovered automatically."
+        )
+    elif last["outcome"] == RunOutcome.INTERRUPTED:
+        what = (
+            f"Run {last['attempt']} was interrupted because its server was shut down "
+            "(for example during a deploy)."
+        )
+    else:
+        return None
+    if progress["done"] < progress["total"]:
+        advice = (
+            "Retry resumes where it stopped: only the items that are not done are sent again, "
+            "so you do not pay again for finished items."
+        )
+    else:
+        advice = "Every item was already finished, so there is nothing to retry."
+    return {"kind": last["outcome"].lower(), "text": f"{what} {finished} {advice}"}
+
+
+# --- sign in and out ------------------------------------------------------------------
+
+
+@bp.route("/login", methods=["GET", "POST"])
+def login() -> PageResponse:
+    """Sign in with email and password."""
+    next_url = request.values.get("next", "")
+    if request.method == "GET":
+        if session_user() is not None:
+            return redirect(safe_next(next_url))
+        return render_template("login.html", email="", next=next_url, error=None)
+    email = request.form.get("email", "").strip()
+    password = request.form.get("password", "")
+    user = svc.authenticate_password(services().uow_factory, email, password) if email else None
+    if user is None:
+        error = "Wrong email or password."
+        return render_template("login.html", email=email, next=next_url, error=error), 401
+    # A fresh session on sign-in: nothing from before the login survives (no fixation).
+    session.clear()
+    session["user_id"] = user.id
+    session["org_id"] = user.organization_id
+    session["email"] = user.email
+    session.permanent = True
+    return redirect(safe_next(next_url))
+
+
+@bp.post("/logout")
+def logout() -> Response:
+    """Sign out."""
+    session.clear()
+    flash("You are signed out.", "ok")
+    return redirect(url_for("pages.login"))
+
+
+# --- jobs -----------------------------------------------------------------------------
+
+
+def _int_arg(name: str, default: int) -> int:
+    try:
+        return max(1, int(request.args.get(name, default)))
+    except ValueError:
+        return default
+
+
+@bp.get("/")
+@login_required
+def index() -> PageResponse:
+    """The organization's jobs, newest first, filtered by status and paginated."""
+    s = services()
+    status = (request.args.get("status") or "").strip().upper() or None
+    if status not in STATUSES:
+        status = None
+    page = _int_arg("page", 1)
+    jobs, total = svc.list_jobs(
+        s.uow_factory, s.settings, current(), status=status, page=page, per_page=PER_PAGE
+    )
+    pages = max(1, math.ceil(total / PER_PAGE))
+    return render_template(
+        "jobs.html",
+        jobs=jobs,
+        total=total,
+        status=status,
+        statuses=STATUSES,
+        page=page,
+        pages=pages,
+        percent=percent,
+    )
+
+
+def _voices() -> tuple[str, ...]:
+    return tuple(services().provider.voices)
+
+
+@bp.get("/jobs/new")
+@login_required
+def new_job() -> PageResponse:
+    """The form of a new job."""
+    voices = _voices()
+    form = {"title": "", "voice": voices[0] if voices else "", "items": ""}
+    return render_template("new_job.html", form=form, voices=voices, errors={})
+
+
+def _upload_texts(upload: FileStorage) -> list[str]:
+    """Items of an uploaded CSV (first column) or TXT (one per line) file."""
+    raw = upload.read()
+    try:
+        content = raw.decode("utf-8-sig")
+    except UnicodeDecodeError:
+        raise ValidationError("the file must be UTF-8 text (CSV or TXT)", field="file") from None
+    name = (upload.filename or "").lower()
+    is_csv = name.endswith(".csv") or (upload.mimetype or "") in ("text/csv", "application/csv")
+    texts = svc.parse_items_csv(content) if is_csv else svc.parse_items_text(content)
+    if not texts:
+        raise ValidationError("the file contains no items", field="file")
+    return texts
+
+
+def _form_texts(pasted: str, upload: FileStorage | None) -> list[str]:
+    """Items from the pasted lines or the uploaded file (exactly one of them)."""
+    pasted_texts = svc.parse_items_text(pasted)
+    if upload is not None and upload.filename:
+        if pasted_texts:
+            raise ValidationError(
+                "give the items either as lines or as a file, not both", field="items"
+            )
+        return _upload_texts(upload)
+    if not pasted_texts:
+        raise ValidationError(
+            "enter at least one item (one per line) or upload a CSV/TXT file", field="items"
+        )
+    return pasted_texts
+
+
+@bp.post("/jobs")
+@login_required
+def create_job() -> PageResponse:
+    """Create a job from the form; show the errors next to the fields when invalid."""
+    s = services()
+    form = {
+        "title": request.form.get("title", ""),
+        "voice": request.form.get("voice", ""),
+        "items": request.form.get("items", ""),
+    }
+    try:
+        texts = _form_texts(form["items"], request.files.get("file"))
+        job_id = svc.create_job(
+            s.uow_factory, current(), form["title"], form["voice"], texts, s.limits
+        )
+    except ValidationError as exc:
+        errors = {exc.field or "form": exc.message}
+        return render_template("new_job.html", form=form, voices=_voices(), errors=errors), 422
+    flash("Job created. Press Generate to start sending its items.", "ok")
+    return redirect(url_for("pages.job", job_id=job_id))
+
+
+@bp.get("/jobs/<int:job_id>")
+@login_required
+def job(job_id: int) -> PageResponse:
+    """One job: items with players, live progress, run history and the buttons."""
+    s = services()
+    view = svc.get_job(s.uow_factory, s.settings, current(), job_id)
+    return render_template(
+        "job.html",
+        job=view,
+        can=actions(view),
+        notice=recovery_notice(view),
+        percent=percent,
+        poll_ms=POLL_INTERVAL_MS,
+    )
+
+
+def _start(job_id: int, *, regenerate: bool) -> Response:
+    s = services()
+    try:
+        view = svc.start_generation(
+            s.uow_factory, s.settings, s.runner, current(), job_id, regenerate=regenerate
+        )
+    except Conflict as exc:
+        flash(exc.message, "error")
+    else:
+        what = "Regeneration" if regenerate else "Generation"
+        flash(f"{what} started (run {view['attempt']}).", "ok")
+    return redirect(url_for("pages.job", job_id=job_id))
+
+
+@bp.post("/jobs/<int:job_id>/generate")
+@login_required
+def generate(job_id: int) -> Response:
+    """Generate (or retry): send every item that has no audio yet."""
+    return _start(job_id, regenerate=False)
+
+
+@bp.post("/jobs/<int:job_id>/regenerate")
+@login_required
+def regenerate(job_id: int) -> Response:
+    """Regenerate: send every item again (each is billed again)."""
+    return _start(job_id, regenerate=True)
