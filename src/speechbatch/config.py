@@ -74,6 +74,8 @@ class Settings:
             raise ConfigError("SPEECHBATCH_TTS_MAX_ATTEMPTS must be at least 1")
         if self.item_concurrency < 1:
             raise ConfigError("SPEECHBATCH_ITEM_CONCURRENCY must be at least 1")
+        if self.export_lock_ttl_seconds <= 0:
+            raise ConfigError("SPEECHBATCH_EXPORT_LOCK_TTL_SECONDS must be positive")
         if self.worker_dead_seconds <= 0:
             raise ConfigError("SPEECHBATCH_WORKER_DEAD_SECONDS must be positive")
         if self.lease_seconds <= self.item_worst_case_seconds:

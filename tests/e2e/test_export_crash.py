@@ -1,0 +1,188 @@
+"""A holder SIGKILLed in the middle of an export: 409 while its lease runs, then recovery.
+
+The server is real gunicorn with one worker. To catch the builder mid-export, the app is
+served through a small wrapper module (written to the test's tmp dir) whose storage reads
+audio slowly; nothing in the product reads a test knob. The lease is short
+(``SPEECHBATCH_EXPORT_LOCK_TTL_SECONDS``), so the builder renews it every third of that.
+"""
+
+from __future__ import annotations
+
+import csv
+import hashlib
+import io
+import time
+import zipfile
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from sqlalchemy import Engine, create_engine, text
+from sqlalchemy.pool import NullPool
+
+from tests.e2e.conftest import Metric
+from tests.support.fake_provider import fake_audio
+from tests.support.server import ApiClient, GunicornServer, wait_until
+
+LOCK_TTL_SECONDS = 6.0
+READ_DELAY_SECONDS = 0.4
+ITEMS = 16
+RECOVERED_MESSAGE = "auto-recovered: export holder stopped renewing its lock"
+
+SLOW_WSGI = '''
+"""The app, with audio reads slowed down so that an export takes a while."""
+
+import time
+
+from speechbatch import create_app
+from speechbatch.storage import LocalStorage
+
+
+class SlowReads(LocalStorage):
+    def open(self, key):
+        if key.startswith("jobs/"):
+            time.sleep({delay})
+        return super().open(key)
+
+
+app = create_app()
+services = app.extensions["speechbatch"]
+services.storage = SlowReads(services.storage.root)
+'''
+
+
+class SlowExportServer(GunicornServer):
+    """gunicorn serving ``slow_export_wsgi:app`` from ``module_dir`` (config from the root)."""
+
+    def __init__(self, *args: Any, module_dir: Path, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.module_dir = module_dir
+
+    def command(self) -> list[str]:
+        command = super().command()
+        command[command.index("wsgi:app")] = "slow_export_wsgi:app"
+        return [*command, "--pythonpath", str(self.module_dir)]
+
+
+@pytest.fixture
+def db(app_database_url: str) -> Iterator[Engine]:
+    """A plain read connection to the app's database, to watch the lock rows."""
+    engine = create_engine(app_database_url, poolclass=NullPool)
+    yield engine
+    engine.dispose()
+
+
+@pytest.fixture
+def server(env: dict[str, str], api_token: str, tmp_path: Path) -> Iterator[GunicornServer]:
+    """One gunicorn worker with slow audio reads and a short export lease."""
+    module_dir = tmp_path / "wsgi"
+    module_dir.mkdir()
+    (module_dir / "slow_export_wsgi.py").write_text(SLOW_WSGI.format(delay=READ_DELAY_SECONDS))
+    server_env = {**env, "SPEECHBATCH_EXPORT_LOCK_TTL_SECONDS": f"{LOCK_TTL_SECONDS:g}"}
+    server = SlowExportServer(
+        server_env, tmp_path, workers=1, threads=4, name="export", module_dir=module_dir
+    )
+    try:
+        yield server.start()
+    finally:
+        server.stop(graceful=False)
+
+
+def lock_rows(db: Engine) -> list[Any]:
+    """Every job lock row, oldest first."""
+    with db.connect() as conn:
+        return list(
+            conn.execute(
+                text(
+                    "SELECT id, organization_id, holder, expires_at, released_at "
+                    "FROM job_locks ORDER BY id"
+                )
+            )
+        )
+
+
+def export_status(api: ApiClient, export_id: int) -> dict[str, Any]:
+    """GET /api/exports/ID (asserts 200)."""
+    response = api.request("GET", f"/api/exports/{export_id}")
+    assert response.status_code == 200, response.text
+    body: dict[str, Any] = response.json()
+    return body
+
+
+def test_sigkilled_export_holder_is_recovered_and_the_next_export_succeeds(
+    server: GunicornServer, api_token: str, db: Engine, tmp_path: Path, metric: Metric
+) -> None:
+    api = ApiClient(server.base_url, api_token)
+    texts = [f"crash test item {i}" for i in range(1, ITEMS + 1)]
+    job = api.create_job(texts, title="to export")
+    assert api.generate(job["id"]).status_code == 202
+    api.wait_job(job["id"], lambda j: j["status"] == "COMPLETED", timeout=60)
+
+    # 1. An export starts; wait until its holder has renewed the lock once, then kill it.
+    started = api.request("POST", "/api/exports")
+    assert started.status_code == 202, started.text
+    first_id = started.json()["id"]
+    (lock,) = lock_rows(db)
+    holder_pid = int(lock.holder.split(":")[1])
+    assert holder_pid in server.worker_pids()
+    wait_until(
+        lambda: lock_rows(db)[0].expires_at != lock.expires_at,
+        timeout=LOCK_TTL_SECONDS,
+        what="the export lock renewed",
+    )
+    assert export_status(api, first_id)["status"] == "RUNNING"
+    server.kill_worker(holder_pid)
+    killed_at = time.monotonic()
+    exports_dir = tmp_path / "audio" / "exports" / str(lock.organization_id)
+    leftovers = list(exports_dir.glob(".tmp-*"))
+    assert leftovers, "the holder was killed before it began writing"
+    server.wait_for_workers(exclude={holder_pid})
+
+    # 2. While the dead holder's lease runs, nobody else may export, and its export is live.
+    refused = api.request("POST", "/api/exports")
+    assert refused.status_code == 409, refused.text
+    assert refused.json()["error"]["code"] == "export_in_progress"
+    assert export_status(api, first_id)["status"] == "RUNNING"
+
+    # 3. Once the lease has run out, a read recovers the export.
+    recovered = wait_until(
+        lambda: (body := export_status(api, first_id))["status"] != "RUNNING" and body,
+        timeout=LOCK_TTL_SECONDS + 5,
+        interval=0.2,
+        what="the killed export recovered",
+    )
+    recovered_after = time.monotonic() - killed_at
+    metric("export_recovered_after_kill_s", round(recovered_after, 2))
+    assert recovered["status"] == "FAILED"
+    assert recovered["error_message"] == RECOVERED_MESSAGE
+    assert recovered["download_url"] is None
+    assert api.request("GET", f"/api/exports/{first_id}/download").status_code == 404
+
+    # 4. The next export reclaims the expired lock and completes with every file.
+    again = api.request("POST", "/api/exports")
+    assert again.status_code == 202, again.text
+    second_id = again.json()["id"]
+    done = wait_until(
+        lambda: (body := export_status(api, second_id))["status"] != "RUNNING" and body,
+        timeout=ITEMS * READ_DELAY_SECONDS + 20,
+        interval=0.2,
+        what="the second export ended",
+    )
+    assert done["status"] == "COMPLETED", done
+    archive_response = api.request("GET", done["download_url"])
+    assert archive_response.status_code == 200
+    assert archive_response.headers["Content-Type"] == "application/zip"
+    archive = zipfile.ZipFile(io.BytesIO(archive_response.content))
+    manifest = list(csv.DictReader(io.StringIO(archive.read("manifest.csv").decode())))
+    assert [row["text"] for row in manifest] == texts
+    for row in manifest:
+        data = archive.read(row["file_name"])
+        assert data == fake_audio(row["text"])
+        assert row["sha256"] == hashlib.sha256(data).hexdigest()
+    # The dead holder's lock was released by the reclaim, the new one at completion;
+    # the dead holder's temp file was swept by the next holder of the lock.
+    rows = lock_rows(db)
+    assert len(rows) == 2
+    assert all(r.released_at is not None for r in rows)
+    assert sorted(p.name for p in exports_dir.iterdir()) == [f"export-{second_id}.zip"]
