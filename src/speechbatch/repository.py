@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import Any, cast
 
 from sqlalchemy import (
@@ -22,12 +22,13 @@ from sqlalchemy import (
     literal,
     or_,
     select,
+    type_coerce,
     update,
 )
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
-from .db import ago, db_now
+from .db import UTCDateTime, ago, db_now
 from .models import (
     ApiToken,
     Item,
@@ -327,17 +328,87 @@ class Repository:
             is not None
         )
 
-    def get_job_view(self, job_id: int, organization_id: int) -> dict[str, Any] | None:
-        """The job as the API shows it: summary, items and runs, in three queries."""
-        row = self.session.execute(
-            select(*_SUMMARY_COLUMNS, *_progress_columns()).where(
-                jobs.c.id == job_id, jobs.c.organization_id == organization_id
+    def get_job_view(
+        self,
+        job_id: int,
+        organization_id: int,
+        *,
+        lease_seconds: float | None = None,
+        worker_dead_seconds: float | None = None,
+    ) -> dict[str, Any] | None:
+        """The job as the API shows it: summary, lease, items and runs, in three queries.
+
+        Given the lease settings, the view also says (``needs_recovery``) whether the job
+        looks dead or has orphan items, so that the common read needs no separate
+        recovery pass.
+        """
+        current_run = runs.alias("current_run")
+        current_worker = workers.alias("current_worker")
+        newest_item = (
+            select(type_coerce(func.max(items.c.updated_at), UTCDateTime()))
+            .where(items.c.job_id == jobs.c.id)
+            .correlate(jobs)
+            .scalar_subquery()
+        )
+        reclaims = (
+            select(func.count())
+            .where(runs.c.job_id == jobs.c.id, runs.c.outcome == RunOutcome.RECOVERED)
+            .correlate(jobs)
+            .scalar_subquery()
+        )
+        columns = [
+            *_SUMMARY_COLUMNS,
+            *_progress_columns(),
+            newest_item.label("newest_item_at"),
+            reclaims.label("reclaims"),
+            current_worker.c.hostname,
+            current_worker.c.pid,
+            current_worker.c.heartbeat_at,
+        ]
+        if lease_seconds is not None and worker_dead_seconds is not None:
+            generating = jobs.c.status == JobStatus.GENERATING
+            looks_dead = or_(
+                and_(
+                    generating,
+                    or_(
+                        self._stale_progress(lease_seconds),
+                        self._dead_worker(worker_dead_seconds),
+                    ),
+                ),
+                and_(
+                    ~generating,
+                    exists()
+                    .where(items.c.job_id == jobs.c.id, items.c.status == ItemStatus.GENERATING)
+                    .correlate(jobs),
+                ),
             )
+            columns.append(case((looks_dead, True), else_=False).label("needs_recovery"))
+        row = self.session.execute(
+            select(*columns)
+            .select_from(
+                jobs.outerjoin(
+                    current_run,
+                    and_(
+                        current_run.c.job_id == jobs.c.id, current_run.c.attempt == jobs.c.attempt
+                    ),
+                ).outerjoin(current_worker, current_worker.c.id == current_run.c.worker_id)
+            )
+            .where(jobs.c.id == job_id, jobs.c.organization_id == organization_id)
         ).first()
         if row is None:
             return None
         view = _summary(row)
-        view["lease"] = self._lease(job_id, row.updated_at)
+        if lease_seconds is not None:
+            view["needs_recovery"] = bool(row.needs_recovery)
+        newest = row.updated_at
+        if row.newest_item_at is not None:
+            newest = max(newest, row.newest_item_at)
+        view["lease"] = {
+            "worker": f"{row.hostname}:{row.pid}" if row.hostname else None,
+            "worker_heartbeat_at": _iso(row.heartbeat_at),
+            "last_progress_at": _iso(newest),
+            "reclaim_count": int(row.reclaims),
+        }
         item_rows = self.session.execute(
             select(
                 items.c.id,
@@ -397,43 +468,6 @@ class Repository:
             for r in run_rows
         ]
         return view
-
-    def _lease(self, job_id: int, job_updated_at: datetime) -> dict[str, Any]:
-        """Raw facts behind liveness: newest progress signal, worker heartbeat, reclaims."""
-        newest_item = (
-            select(func.max(items.c.updated_at)).where(items.c.job_id == job_id).scalar_subquery()
-        )
-        reclaims = (
-            select(func.count())
-            .where(runs.c.job_id == job_id, runs.c.outcome == RunOutcome.RECOVERED)
-            .scalar_subquery()
-        )
-        row = self.session.execute(
-            select(
-                newest_item.label("newest_item"),
-                reclaims.label("reclaims"),
-                workers.c.hostname,
-                workers.c.pid,
-                workers.c.heartbeat_at,
-            )
-            .select_from(jobs)
-            .outerjoin(runs, and_(runs.c.job_id == jobs.c.id, runs.c.attempt == jobs.c.attempt))
-            .outerjoin(workers, workers.c.id == runs.c.worker_id)
-            .where(jobs.c.id == job_id)
-        ).one()
-        newest = job_updated_at
-        if row.newest_item is not None:
-            # SQLite hands back the raw max() text; the column type only parses columns.
-            item_at = row.newest_item
-            if isinstance(item_at, str):
-                item_at = datetime.fromisoformat(item_at).replace(tzinfo=UTC)
-            newest = max(newest, item_at)
-        return {
-            "worker": f"{row.hostname}:{row.pid}" if row.hostname else None,
-            "worker_heartbeat_at": _iso(row.heartbeat_at),
-            "last_progress_at": _iso(newest),
-            "reclaim_count": int(row.reclaims),
-        }
 
     def list_job_summaries(
         self,

@@ -219,11 +219,23 @@ def get_job(
     uow_factory: UowFactory, settings: Settings, user: UserRecord, job_id: int
 ) -> dict[str, Any]:
     """One job as the API shows it, after lease-expiry recovery."""
-    recover_stale(uow_factory, settings, organization_id=user.organization_id, job_id=job_id)
     with uow_factory() as uow:
-        view = uow.repo.get_job_view(job_id, user.organization_id)
+        view = uow.repo.get_job_view(
+            job_id,
+            user.organization_id,
+            lease_seconds=settings.lease_seconds,
+            worker_dead_seconds=settings.worker_dead_seconds,
+        )
     if view is None:
         raise NotFound("job not found")
+    # The common read costs one transaction; only a job that looks dead (or has orphan
+    # items) pays for the recovery pass, and is read again after it.
+    if view.pop("needs_recovery"):
+        recover_stale(uow_factory, settings, organization_id=user.organization_id, job_id=job_id)
+        with uow_factory() as uow:
+            view = uow.repo.get_job_view(job_id, user.organization_id)
+        if view is None:
+            raise NotFound("job not found")
     return with_lease_expiry(view, settings)
 
 

@@ -39,7 +39,7 @@ class FakeRepository:
     def claim_refusal(self, job_id: int, org: int) -> str:
         return self.refusal
 
-    def get_job_view(self, job_id: int, org: int) -> dict[str, Any] | None:
+    def get_job_view(self, job_id: int, org: int, **liveness: float) -> dict[str, Any] | None:
         job = self.jobs.get(job_id)
         if job is None or job["org"] != org:
             return None
