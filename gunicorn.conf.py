@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import signal
 import sys
 from typing import Any
 
@@ -20,8 +21,22 @@ def on_starting(server: Any) -> None:
         sys.exit(1)
 
 
+def post_worker_init(worker: Any) -> None:
+    """Stop starting items the moment SIGTERM arrives, not when the worker loop notices."""
+    from speechbatch.runner import stop_starting_items
+
+    previous = signal.getsignal(signal.SIGTERM)
+
+    def on_term(signum: int, frame: Any) -> None:
+        stop_starting_items()
+        if callable(previous):
+            previous(signum, frame)
+
+    signal.signal(signal.SIGTERM, on_term)
+
+
 def worker_exit(server: Any, worker: Any) -> None:
-    """On a graceful stop: start no new item, finish in-flight calls, end runs INTERRUPTED."""
+    """On a graceful stop: finish in-flight calls, end runs INTERRUPTED, mark the worker."""
     from speechbatch.runner import drain_all
 
     # Leave a margin inside the master's grace period before it SIGKILLs the worker.

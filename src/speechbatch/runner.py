@@ -146,7 +146,7 @@ class Runner:
                     "run fenced: declared dead or superseded, stopped job=%s attempt=%s",
                     run.job_id, run.attempt,
                 )  # fmt: skip
-            elif self.draining:
+            elif self.draining and not work.empty():
                 self._interrupt(run)
             else:
                 status = self._tx(lambda repo: repo.finish_run(run.job_id, run.attempt))
@@ -280,6 +280,10 @@ class Runner:
             metrics.RUNS.labels(outcome="INTERRUPTED").inc()
         log.info("run interrupted job=%s attempt=%s won=%s", run.job_id, run.attempt, won)
 
+    def stop_starting_items(self) -> None:
+        """Start no new item from now on (safe to call from a signal handler)."""
+        self._draining.set()
+
     def drain(self, timeout: float) -> None:
         """Graceful stop: start no new item, let in-flight calls finish, end runs INTERRUPTED."""
         self._draining.set()
@@ -297,6 +301,12 @@ class Runner:
                 except Exception:
                     log.exception("could not interrupt job=%s", run.job_id)
         self.identity.stop()
+
+
+def stop_starting_items() -> None:
+    """Tell every runner of this process to start no new item (SIGTERM arrived)."""
+    for runner in list(_RUNNERS):
+        runner.stop_starting_items()
 
 
 def drain_all(timeout: float) -> None:
