@@ -113,6 +113,14 @@ class Item(Base):
         Index("ix_items_job_id_status", "job_id", "status"),
         # The newest progress signal of a job is one index probe, however many items.
         Index("ix_items_job_id_updated_at", "job_id", "updated_at"),
+        # Orphan items (GENERATING after their job ended) are found without scanning
+        # every item of an organization.
+        Index(
+            "ix_items_generating",
+            "job_id",
+            postgresql_where=text("status = 'GENERATING'"),
+            sqlite_where=text("status = 'GENERATING'"),
+        ),
     )
 
     id: Mapped[int] = mapped_column(Id, primary_key=True)
