@@ -268,7 +268,7 @@ class Repository:
                 exists().where(items.c.job_id == jobs.c.id, items.c.status != ItemStatus.DONE)
             )
         now = db_now()
-        attempt = self.session.execute(
+        claim = (
             update(jobs)
             .where(*where, jobs.c.status.in_(claimable))
             .values(
@@ -279,30 +279,51 @@ class Repository:
                 finished_at=None,
                 updated_at=now,
             )
-            .returning(jobs.c.attempt)
-        ).scalar_one_or_none()
-        if attempt is None:
-            return None
+            .returning(jobs.c.id, jobs.c.attempt)
+        )
         # Items are reset at the claim; a regenerate keeps the old audio downloadable
         # until each item's new audio replaces it.
-        reset = update(items).where(items.c.job_id == job_id)
+        reset = update(items).values(
+            status=ItemStatus.PENDING, error_message=None, updated_at=db_now()
+        )
         if not regenerate:
             reset = reset.where(items.c.status != ItemStatus.DONE)
-        self.session.execute(
-            reset.values(status=ItemStatus.PENDING, error_message=None, updated_at=db_now())
-        )
-        self.session.execute(
-            insert(runs).values(
-                job_id=job_id,
-                attempt=attempt,
-                kind="regenerate" if regenerate else "generate",
-                started_by_id=user_id,
-                worker_id=worker_id,
-                outcome=RunOutcome.RUNNING,
-                started_at=db_now(),
+        run = {
+            "kind": "regenerate" if regenerate else "generate",
+            "started_by_id": user_id,
+            "worker_id": worker_id,
+            "outcome": RunOutcome.RUNNING,
+        }
+        if self.session.get_bind().dialect.name == "postgresql":
+            # One round trip: the claim, the item reset and the run row as one statement
+            # (data-modifying CTEs). Losers wait on the job row, re-check it, write nothing.
+            claimed = claim.cte("claimed")
+            reset_cte = (
+                reset.where(items.c.job_id.in_(select(claimed.c.id)))
+                .returning(items.c.id)
+                .cte("reset")
             )
+            opened = (
+                insert(runs)
+                .from_select(
+                    ["job_id", "attempt", *run, "started_at"],
+                    select(claimed.c.id, claimed.c.attempt, *map(literal, run.values()), now),
+                )
+                .returning(runs.c.id)
+                .cte("opened")
+            )
+            attempt = self.session.execute(
+                select(claimed.c.attempt).add_cte(reset_cte, opened)
+            ).scalar_one_or_none()
+            return None if attempt is None else int(attempt)
+        row = self.session.execute(claim).first()
+        if row is None:
+            return None
+        self.session.execute(reset.where(items.c.job_id == job_id))
+        self.session.execute(
+            insert(runs).values(job_id=job_id, attempt=row.attempt, started_at=now, **run)
         )
-        return int(attempt)
+        return int(row.attempt)
 
     def claim_refusal(self, job_id: int, organization_id: int) -> str:
         """Why a claim was refused: not_found, already_generating or nothing_to_generate."""
