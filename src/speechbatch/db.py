@@ -82,31 +82,36 @@ def _sqlite_now(element: db_now, compiler: SQLCompiler, **kw: Any) -> str:
     return _SQLITE_NOW
 
 
-class seconds_ago(FunctionElement[datetime]):
-    """The database's current time minus a number of seconds."""
+class db_now_plus(FunctionElement[datetime]):
+    """The database's current time plus a (signed) number of seconds."""
 
     type = UTCDateTime()
     inherit_cache = True
 
 
-@compiles(seconds_ago, "postgresql")
-def _pg_ago(element: seconds_ago, compiler: SQLCompiler, **kw: Any) -> str:
+@compiles(db_now_plus, "postgresql")
+def _pg_now_plus(element: db_now_plus, compiler: SQLCompiler, **kw: Any) -> str:
     (arg,) = element.clauses
-    return f"(clock_timestamp() - make_interval(secs => {compiler.process(arg, **kw)}))"
+    return f"(clock_timestamp() + make_interval(secs => {compiler.process(arg, **kw)}))"
 
 
-@compiles(seconds_ago, "sqlite")
-def _sqlite_ago(element: seconds_ago, compiler: SQLCompiler, **kw: Any) -> str:
+@compiles(db_now_plus, "sqlite")
+def _sqlite_now_plus(element: db_now_plus, compiler: SQLCompiler, **kw: Any) -> str:
     (arg,) = element.clauses
     return (
         "strftime('%Y-%m-%d %H:%M:%f000', 'now', "
-        f"'-' || {compiler.process(arg, **kw)} || ' seconds')"
+        f"printf('%+.6f seconds', {compiler.process(arg, **kw)}))"
     )
 
 
 def ago(seconds: float) -> ColumnElement[datetime]:
     """The database's time ``seconds`` ago, for lease cut-offs."""
-    return seconds_ago(literal(float(seconds)))
+    return db_now_plus(literal(-float(seconds)))
+
+
+def later(seconds: float) -> ColumnElement[datetime]:
+    """The database's time ``seconds`` from now, for a lease's end."""
+    return db_now_plus(literal(float(seconds)))
 
 
 def make_engine(url: str, *, pool: bool = True) -> Engine:

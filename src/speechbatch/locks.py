@@ -24,19 +24,15 @@ from sqlalchemy import (
     and_,
     exists,
     insert,
-    literal,
     or_,
     select,
     text,
     update,
 )
 from sqlalchemy.exc import IntegrityError, OperationalError
-from sqlalchemy.ext.compiler import compiles
 from sqlalchemy.orm import Session
-from sqlalchemy.sql.compiler import SQLCompiler
-from sqlalchemy.sql.expression import FunctionElement
 
-from .db import UTCDateTime, db_now
+from .db import db_now, later
 from .errors import LockHeld, SpeechbatchError
 from .models import Export, Item, ItemStatus, Job, JobLock
 
@@ -56,34 +52,6 @@ class ExportStatus:
     RUNNING = "RUNNING"
     COMPLETED = "COMPLETED"
     FAILED = "FAILED"
-
-
-class seconds_from_now(FunctionElement[datetime]):
-    """The database's current time plus a number of seconds (a lease's end)."""
-
-    type = UTCDateTime()
-    inherit_cache = True
-
-
-@compiles(seconds_from_now, "postgresql")
-def _pg_later(element: seconds_from_now, compiler: SQLCompiler, **kw: Any) -> str:
-    (arg,) = element.clauses
-    return f"(clock_timestamp() + make_interval(secs => {compiler.process(arg, **kw)}))"
-
-
-@compiles(seconds_from_now, "sqlite")
-def _sqlite_later(element: seconds_from_now, compiler: SQLCompiler, **kw: Any) -> str:
-    (arg,) = element.clauses
-    # Same text shape as db.db_now() so that stored and computed times compare as text.
-    return (
-        "strftime('%Y-%m-%d %H:%M:%f000', 'now', "
-        f"printf('%+.6f seconds', {compiler.process(arg, **kw)}))"
-    )
-
-
-def later(seconds: float) -> ColumnElement[datetime]:
-    """The database's time ``seconds`` from now."""
-    return seconds_from_now(literal(float(seconds)))
 
 
 def _live(lock_id: int | ColumnElement[Any]) -> ColumnElement[bool]:
