@@ -104,9 +104,11 @@ def _sqlite_now_plus(element: db_now_plus, compiler: SQLCompiler, **kw: Any) -> 
     )
 
 
-def ago(seconds: float) -> ColumnElement[datetime]:
+def ago(seconds: float | ColumnElement[float]) -> ColumnElement[datetime]:
     """The database's time ``seconds`` ago, for lease cut-offs."""
-    return db_now_plus(literal(-float(seconds)))
+    if isinstance(seconds, int | float):
+        return db_now_plus(literal(-float(seconds)))
+    return db_now_plus(-seconds)
 
 
 def later(seconds: float) -> ColumnElement[datetime]:

@@ -6,6 +6,7 @@ look at row counts. Methods run inside the caller's unit of work and never commi
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
@@ -13,8 +14,11 @@ from typing import Any, cast
 
 from sqlalchemy import (
     ColumnElement,
+    Float,
+    Select,
     Table,
     and_,
+    bindparam,
     case,
     exists,
     func,
@@ -31,6 +35,7 @@ from sqlalchemy.orm import Session
 from .db import UTCDateTime, ago, db_now
 from .models import (
     ApiToken,
+    Id,
     Item,
     ItemStatus,
     Job,
@@ -363,63 +368,21 @@ class Repository:
         looks dead or has orphan items, so that the common read needs no separate
         recovery pass.
         """
-        current_run = runs.alias("current_run")
-        current_worker = workers.alias("current_worker")
-        newest_item = (
-            select(type_coerce(func.max(items.c.updated_at), UTCDateTime()))
-            .where(items.c.job_id == jobs.c.id)
-            .correlate(jobs)
-            .scalar_subquery()
-        )
-        reclaims = (
-            select(func.count())
-            .where(runs.c.job_id == jobs.c.id, runs.c.outcome == RunOutcome.RECOVERED)
-            .correlate(jobs)
-            .scalar_subquery()
-        )
-        columns = [
-            *_SUMMARY_COLUMNS,
-            *_progress_columns(),
-            newest_item.label("newest_item_at"),
-            reclaims.label("reclaims"),
-            current_worker.c.hostname,
-            current_worker.c.pid,
-            current_worker.c.heartbeat_at,
-        ]
-        if lease_seconds is not None and worker_dead_seconds is not None:
-            generating = jobs.c.status == JobStatus.GENERATING
-            looks_dead = or_(
-                and_(
-                    generating,
-                    or_(
-                        self._stale_progress(lease_seconds),
-                        self._dead_worker(worker_dead_seconds),
-                    ),
-                ),
-                and_(
-                    ~generating,
-                    exists()
-                    .where(items.c.job_id == jobs.c.id, items.c.status == ItemStatus.GENERATING)
-                    .correlate(jobs),
-                ),
-            )
-            columns.append(case((looks_dead, True), else_=False).label("needs_recovery"))
+        liveness = lease_seconds is not None and worker_dead_seconds is not None
         row = self.session.execute(
-            select(*columns)
-            .select_from(
-                jobs.outerjoin(
-                    current_run,
-                    and_(
-                        current_run.c.job_id == jobs.c.id, current_run.c.attempt == jobs.c.attempt
-                    ),
-                ).outerjoin(current_worker, current_worker.c.id == current_run.c.worker_id)
-            )
-            .where(jobs.c.id == job_id, jobs.c.organization_id == organization_id)
+            _job_view_statements(liveness)[0],
+            {
+                "job_id": job_id,
+                "organization_id": organization_id,
+                "lease_seconds": float(lease_seconds or 0),
+                "worker_dead_seconds": float(worker_dead_seconds or 0),
+            },
         ).first()
         if row is None:
             return None
+        _, items_stmt, runs_stmt = _job_view_statements(liveness)
         view = _summary(row)
-        if lease_seconds is not None:
+        if liveness:
             view["needs_recovery"] = bool(row.needs_recovery)
         newest = row.updated_at
         if row.newest_item_at is not None:
@@ -430,19 +393,6 @@ class Repository:
             "last_progress_at": _iso(newest),
             "reclaim_count": int(row.reclaims),
         }
-        item_rows = self.session.execute(
-            select(
-                items.c.id,
-                items.c.position,
-                items.c.text,
-                items.c.status,
-                items.c.error_message,
-                items.c.audio_path,
-                items.c.updated_at,
-            )
-            .where(items.c.job_id == job_id)
-            .order_by(items.c.position)
-        ).all()
         view["items"] = [
             {
                 "id": r.id,
@@ -453,28 +403,8 @@ class Repository:
                 "audio_url": audio_url(job_id, r.id) if r.audio_path else None,
                 "updated_at": _iso(r.updated_at),
             }
-            for r in item_rows
+            for r in self.session.execute(items_stmt, {"job_id": job_id})
         ]
-        run_rows = self.session.execute(
-            select(
-                runs.c.attempt,
-                runs.c.kind,
-                runs.c.outcome,
-                runs.c.started_at,
-                runs.c.finished_at,
-                runs.c.error_message,
-                users.c.email.label("started_by"),
-                workers.c.hostname,
-                workers.c.pid,
-            )
-            .select_from(
-                runs.outerjoin(users, users.c.id == runs.c.started_by_id).outerjoin(
-                    workers, workers.c.id == runs.c.worker_id
-                )
-            )
-            .where(runs.c.job_id == job_id)
-            .order_by(runs.c.attempt)
-        ).all()
         view["runs"] = [
             {
                 "attempt": r.attempt,
@@ -486,7 +416,7 @@ class Repository:
                 "started_by": r.started_by,
                 "worker": f"{r.hostname}:{r.pid}" if r.hostname else None,
             }
-            for r in run_rows
+            for r in self.session.execute(runs_stmt, {"job_id": job_id})
         ]
         return view
 
@@ -706,7 +636,7 @@ class Repository:
     # --- recovery ---------------------------------------------------------------------
 
     @staticmethod
-    def _stale_progress(lease_seconds: float) -> ColumnElement[bool]:
+    def _stale_progress(lease_seconds: float | ColumnElement[float]) -> ColumnElement[bool]:
         """The job's newest progress signal (its own or an item's) is older than the lease."""
         cutoff = ago(lease_seconds)
         return and_(
@@ -717,7 +647,7 @@ class Repository:
         )
 
     @staticmethod
-    def _dead_worker(worker_dead_seconds: float) -> ColumnElement[bool]:
+    def _dead_worker(worker_dead_seconds: float | ColumnElement[float]) -> ColumnElement[bool]:
         """The process running the job's current run stopped heartbeating (or stopped)."""
         return (
             select(1)
@@ -824,3 +754,97 @@ class Repository:
             return False
         self._fail_in_flight_items(job_id, message)
         return True
+
+
+@functools.cache
+def _job_view_statements(liveness: bool) -> tuple[Select[Any], Select[Any], Select[Any]]:
+    """The job view's three statements, built once (parameters: job_id, organization_id,
+    lease_seconds, worker_dead_seconds) since building them costs more than running them."""
+    job_id = bindparam("job_id", type_=Id)
+    current_run = runs.alias("current_run")
+    current_worker = workers.alias("current_worker")
+    newest_item = (
+        select(type_coerce(func.max(items.c.updated_at), UTCDateTime()))
+        .where(items.c.job_id == jobs.c.id)
+        .correlate(jobs)
+        .scalar_subquery()
+    )
+    reclaims = (
+        select(func.count())
+        .where(runs.c.job_id == jobs.c.id, runs.c.outcome == RunOutcome.RECOVERED)
+        .correlate(jobs)
+        .scalar_subquery()
+    )
+    columns = [
+        *_SUMMARY_COLUMNS,
+        *_progress_columns(),
+        newest_item.label("newest_item_at"),
+        reclaims.label("reclaims"),
+        current_worker.c.hostname,
+        current_worker.c.pid,
+        current_worker.c.heartbeat_at,
+    ]
+    if liveness:
+        generating = jobs.c.status == JobStatus.GENERATING
+        looks_dead = or_(
+            and_(
+                generating,
+                or_(
+                    Repository._stale_progress(bindparam("lease_seconds", type_=Float)),
+                    Repository._dead_worker(bindparam("worker_dead_seconds", type_=Float)),
+                ),
+            ),
+            and_(
+                ~generating,
+                exists()
+                .where(items.c.job_id == jobs.c.id, items.c.status == ItemStatus.GENERATING)
+                .correlate(jobs),
+            ),
+        )
+        columns.append(case((looks_dead, True), else_=False).label("needs_recovery"))
+    summary = (
+        select(*columns)
+        .select_from(
+            jobs.outerjoin(
+                current_run,
+                and_(current_run.c.job_id == jobs.c.id, current_run.c.attempt == jobs.c.attempt),
+            ).outerjoin(current_worker, current_worker.c.id == current_run.c.worker_id)
+        )
+        .where(
+            jobs.c.id == job_id, jobs.c.organization_id == bindparam("organization_id", type_=Id)
+        )
+    )
+    item_rows = (
+        select(
+            items.c.id,
+            items.c.position,
+            items.c.text,
+            items.c.status,
+            items.c.error_message,
+            items.c.audio_path,
+            items.c.updated_at,
+        )
+        .where(items.c.job_id == job_id)
+        .order_by(items.c.position)
+    )
+    run_rows = (
+        select(
+            runs.c.attempt,
+            runs.c.kind,
+            runs.c.outcome,
+            runs.c.started_at,
+            runs.c.finished_at,
+            runs.c.error_message,
+            users.c.email.label("started_by"),
+            workers.c.hostname,
+            workers.c.pid,
+        )
+        .select_from(
+            runs.outerjoin(users, users.c.id == runs.c.started_by_id).outerjoin(
+                workers, workers.c.id == runs.c.worker_id
+            )
+        )
+        .where(runs.c.job_id == job_id)
+        .order_by(runs.c.attempt)
+    )
+    return summary, item_rows, run_rows
