@@ -15,8 +15,11 @@ from typing import Any, cast
 from sqlalchemy import (
     ColumnElement,
     Float,
+    Integer,
     Select,
+    String,
     Table,
+    Text,
     and_,
     bindparam,
     case,
@@ -483,34 +486,17 @@ class Repository:
         are serialized on that row. False means this run was declared dead or
         superseded: it must write nothing more.
         """
+        stamp = _item_statements()["stamp"]
         return (
-            self.session.execute(
-                update(jobs)
-                .where(
-                    jobs.c.id == job_id,
-                    jobs.c.status == JobStatus.GENERATING,
-                    jobs.c.attempt == attempt,
-                )
-                .values(updated_at=db_now())
-                .returning(jobs.c.id)
-            ).first()
-            is not None
+            self.session.execute(stamp, {"p_job": job_id, "p_attempt": attempt}).first() is not None
         )
 
     def start_item(self, job_id: int, attempt: int, item_id: int) -> StartedItem | None:
         """Fenced: mark a PENDING item GENERATING; None when fenced or already taken."""
         if not self.stamp_job_progress(job_id, attempt):
             return None
-        row = self.session.execute(
-            update(items)
-            .where(
-                items.c.id == item_id,
-                items.c.job_id == job_id,
-                items.c.status == ItemStatus.PENDING,
-            )
-            .values(status=ItemStatus.GENERATING, error_message=None, updated_at=db_now())
-            .returning(items.c.text, items.c.audio_path)
-        ).first()
+        start = _item_statements()["start"]
+        row = self.session.execute(start, {"p_job": job_id, "p_item": item_id}).first()
         if row is None:
             return None
         return StartedItem(text=row.text, previous_audio_path=row.audio_path)
@@ -529,37 +515,14 @@ class Repository:
         """Fenced: move a GENERATING item to DONE (with audio) or ERROR; whether it won."""
         if not self.stamp_job_progress(job_id, attempt):
             return False
-        values: dict[str, Any] = {"updated_at": db_now()}
+        params: dict[str, Any] = {"p_job": job_id, "p_item": item_id}
         if error_message is None:
-            values.update(
-                status=ItemStatus.DONE,
-                error_message=None,
-                audio_path=audio_path,
-                audio_bytes=audio_bytes,
-                audio_sha256=audio_sha256,
-            )
+            stmt = _item_statements()["done"]
+            params.update(p_path=audio_path, p_bytes=audio_bytes, p_sha=audio_sha256)
         else:
-            values.update(status=ItemStatus.ERROR, error_message=error_message)
-        mine = items.c.status == ItemStatus.GENERATING
-        if error_message is None:
-            # The same write again (a retry after a lost commit acknowledgement) wins again.
-            mine = or_(
-                mine,
-                and_(
-                    items.c.status == ItemStatus.DONE,
-                    items.c.audio_path == audio_path,
-                    items.c.audio_sha256 == audio_sha256,
-                ),
-            )
-        return (
-            self.session.execute(
-                update(items)
-                .where(items.c.id == item_id, items.c.job_id == job_id, mine)
-                .values(**values)
-                .returning(items.c.id)
-            ).first()
-            is not None
-        )
+            stmt = _item_statements()["error"]
+            params["p_message"] = error_message
+        return self.session.execute(stmt, params).first() is not None
 
     def _end_run(self, job_id: int, attempt: int, outcome: str, message: str | None) -> None:
         self.session.execute(
@@ -848,3 +811,55 @@ def _job_view_statements(liveness: bool) -> tuple[Select[Any], Select[Any], Sele
         .order_by(runs.c.attempt)
     )
     return summary, item_rows, run_rows
+
+
+@functools.cache
+def _item_statements() -> dict[str, Any]:
+    """The run's per-item statements, built once: they run four times per item."""
+    job_id, item_id = bindparam("p_job", type_=Id), bindparam("p_item", type_=Id)
+    this_item = (items.c.id == item_id, items.c.job_id == job_id)
+    path, sha = bindparam("p_path", type_=String), bindparam("p_sha", type_=String)
+    return {
+        "stamp": update(jobs)
+        .where(
+            jobs.c.id == job_id,
+            jobs.c.status == JobStatus.GENERATING,
+            jobs.c.attempt == bindparam("p_attempt", type_=Integer),
+        )
+        .values(updated_at=db_now())
+        .returning(jobs.c.id),
+        "start": update(items)
+        .where(*this_item, items.c.status == ItemStatus.PENDING)
+        .values(status=ItemStatus.GENERATING, error_message=None, updated_at=db_now())
+        .returning(items.c.text, items.c.audio_path),
+        "done": update(items)
+        .where(
+            *this_item,
+            or_(
+                items.c.status == ItemStatus.GENERATING,
+                # The same write again (a retry after a lost commit ack) wins again.
+                and_(
+                    items.c.status == ItemStatus.DONE,
+                    items.c.audio_path == path,
+                    items.c.audio_sha256 == sha,
+                ),
+            ),
+        )
+        .values(
+            status=ItemStatus.DONE,
+            error_message=None,
+            audio_path=path,
+            audio_bytes=bindparam("p_bytes", type_=Integer),
+            audio_sha256=sha,
+            updated_at=db_now(),
+        )
+        .returning(items.c.id),
+        "error": update(items)
+        .where(*this_item, items.c.status == ItemStatus.GENERATING)
+        .values(
+            status=ItemStatus.ERROR,
+            error_message=bindparam("p_message", type_=Text),
+            updated_at=db_now(),
+        )
+        .returning(items.c.id),
+    }
