@@ -96,6 +96,17 @@ def get_user(uow_factory: UowFactory, user_id: int) -> UserRecord | None:
 # --- jobs ---------------------------------------------------------------------------
 
 
+def _storable(text: str) -> bool:
+    """Whether a text can be stored: no NUL, no lone surrogate (not valid UTF-8)."""
+    if "\x00" in text:
+        return False
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
 def validate_job(title: Any, voice: Any, texts: Any, limits: Limits) -> tuple[str, str, list[str]]:
     """Trim and check a job's input; raise ValidationError naming the field."""
     if not isinstance(title, str) or not title.strip():
@@ -120,11 +131,11 @@ def validate_job(title: Any, voice: Any, texts: Any, limits: Limits) -> tuple[st
             raise ValidationError(
                 f"item {n} is longer than {limits.max_chars} characters", field="items"
             )
-        if "\x00" in text:
-            raise ValidationError(f"item {n} contains a NUL character", field="items")
+        if not _storable(text):
+            raise ValidationError(f"item {n} contains a NUL or an invalid character", field="items")
         cleaned.append(text)
-    if "\x00" in title:
-        raise ValidationError("title contains a NUL character", field="title")
+    if not _storable(title):
+        raise ValidationError("title contains a NUL or an invalid character", field="title")
     return title, voice.strip(), cleaned
 
 

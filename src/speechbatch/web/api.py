@@ -48,7 +48,10 @@ def current() -> UserRecord:
 
 
 def _json_body() -> dict[str, Any]:
-    body = request.get_json(silent=True, force=True)
+    try:
+        body = request.get_json(silent=True, force=True)
+    except RecursionError:
+        raise BadRequest("the JSON is nested too deeply") from None
     if body is None:
         raise BadRequest("the body must be JSON")
     if not isinstance(body, dict):
