@@ -145,6 +145,10 @@ class Repository:
     def __init__(self, session: Session) -> None:
         self.session = session
 
+    def ping(self) -> None:
+        """One round trip to the database."""
+        self.session.execute(select(literal(1))).scalar_one()
+
     # --- organizations, users, tokens -------------------------------------------------
 
     def get_or_create_organization(self, slug: str) -> int:

@@ -36,6 +36,17 @@ class Limits:
     max_chars: int
 
 
+def database_is_up(uow_factory: UowFactory) -> bool:
+    """Whether the database answers a trivial query."""
+    try:
+        with uow_factory() as uow:
+            uow.repo.ping()
+    except Exception:
+        log.warning("database health check failed", exc_info=True)
+        return False
+    return True
+
+
 # --- users and tokens ---------------------------------------------------------------
 
 
@@ -319,9 +330,13 @@ def start_generation(
             user_id=user.id,
             worker_id=worker_id,
         )
+        view = None
         if attempt is None:
             reason = uow.repo.claim_refusal(job_id, user.organization_id)
         else:
+            # The answer shows the claim as it commits (GENERATING at the new attempt),
+            # however fast the run then goes.
+            view = uow.repo.get_job_view(job_id, user.organization_id)
             uow.commit()
     if attempt is None:
         metrics.CLAIMS.labels(result="refused").inc()
@@ -334,8 +349,6 @@ def start_generation(
     metrics.CLAIMS.labels(result="won").inc()
     log.info("claim won job=%s attempt=%s regenerate=%s", job_id, attempt, regenerate)
     runner.start(job_id, attempt)
-    with uow_factory() as uow:
-        view = uow.repo.get_job_view(job_id, user.organization_id)
     assert view is not None
     return with_lease_expiry(view, settings)
 

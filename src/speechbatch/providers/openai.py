@@ -104,6 +104,9 @@ class OpenAIProvider:
             raise RetryableProviderError(
                 self._scrub(f"cannot reach provider: {type(exc).__name__}")
             ) from exc
+        except requests.exceptions.ChunkedEncodingError as exc:
+            # The answer broke off mid-body: a transient network fault, not a bad request.
+            raise RetryableProviderError("provider answer was cut off") from exc
         except requests.RequestException as exc:
             raise PermanentProviderError(
                 self._scrub(f"provider request failed: {type(exc).__name__}: {exc}")

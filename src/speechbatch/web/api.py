@@ -8,10 +8,9 @@ from typing import Any, ParamSpec, TypeVar
 from flask import Blueprint, Response, g, jsonify, request, send_file
 from flask_wtf.csrf import ValidationError as CSRFValidationError
 from flask_wtf.csrf import validate_csrf
-from sqlalchemy import text
 
 from .. import services as svc
-from ..errors import BadRequest, Unauthorized
+from ..errors import BadRequest, NotFound, Unauthorized
 from ..repository import UserRecord
 from .context import bearer_user, services, session_user
 from .errors import error_response
@@ -62,10 +61,7 @@ def _json_body() -> dict[str, Any]:
 @bp.get("/healthz")
 def healthz() -> tuple[Response, int]:
     """Liveness with a database round trip."""
-    try:
-        with services().engine.connect() as conn:
-            conn.execute(text("SELECT 1"))
-    except Exception:
+    if not svc.database_is_up(services().uow_factory):
         return error_response(503, "unavailable", "the database is unreachable")
     return jsonify({"status": "ok"}), 200
 
@@ -136,7 +132,7 @@ def item_audio(job_id: int, item_id: int) -> Response:
     s = services()
     key = svc.item_audio_key(s.uow_factory, current(), job_id, item_id)
     if not s.storage.exists(key):
-        return error_response(404, "not_found", "the audio file is missing")[0]
+        raise NotFound("the audio file is missing")
     return send_file(
         s.storage.path(key),
         mimetype=s.provider.content_type,

@@ -6,6 +6,7 @@ import logging
 
 from flask import Flask, Response, jsonify, render_template, request
 from flask_wtf.csrf import CSRFError
+from sqlalchemy.exc import OperationalError
 from werkzeug.exceptions import HTTPException
 
 from ..errors import SpeechbatchError
@@ -67,6 +68,15 @@ def register(app: Flask) -> None:
         if wants_json():
             return error_response(status, HTTP_CODES.get(status, "error"), message)
         return _page(status, message)
+
+    @app.errorhandler(OperationalError)
+    def database_unavailable(exc: OperationalError) -> tuple[Response | str, int]:
+        # The database is down or restarting: say so honestly, the client may retry.
+        log.error("database unavailable on %s %s: %s", request.method, request.path, exc.orig)
+        message = "the database is unavailable; try again shortly"
+        if wants_json():
+            return error_response(503, "unavailable", message)
+        return _page(503, message)
 
     @app.errorhandler(Exception)
     def unexpected(exc: Exception) -> tuple[Response | str, int]:

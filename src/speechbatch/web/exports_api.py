@@ -21,10 +21,9 @@ from flask import (
 from werkzeug.wrappers import Response
 
 from .. import exports as svc
-from ..errors import ExportInProgress
+from ..errors import ExportInProgress, NotFound
 from .api import current, require_user
 from .context import services, session_user
-from .errors import error_response
 
 bp = Blueprint("exports", __name__)
 
@@ -51,7 +50,7 @@ def download_export(export_id: int) -> Response:
     s = services()
     key = svc.export_download_key(s.uow_factory, current(), export_id)
     if not s.storage.exists(key):
-        return error_response(404, "not_found", "the archive file is missing")[0]
+        raise NotFound("the archive file is missing")
     return send_file(
         s.storage.path(key),
         mimetype="application/zip",
