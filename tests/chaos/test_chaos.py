@@ -975,14 +975,19 @@ def test_truncated_audio_is_never_stored(stack: Stack, chaos_report: ChaosReport
         checks.check(
             "truncated answer retried to DONE, or failed clearly",
             (item["status"] == "DONE" and calls == 2)
-            or (item["status"] == "ERROR" and calls == 1 and item["error_message"]),
+            # A cut-off answer is a transient network fault: retried up to MAX_ATTEMPTS.
+            or (item["status"] == "ERROR" and 1 <= calls <= 2 and item["error_message"]),
             (item, calls),
         )
         final = first
         if first["status"] != "COMPLETED":
             checks.check("retry 202", obs.generate(job_id).status_code == 202)
             final = obs.settled(job_id, SETTLE_TIMEOUT, "retry finished")
-        check_completed_job(checks, obs, stack.db, stack.storage, final, texts)
+        # A cut-off answer is retried within its run: up to MAX_ATTEMPTS calls per run.
+        check_completed_job(
+            checks, obs, stack.db, stack.storage, final, texts,
+            max_calls=lambda text: 2 * len(final["runs"]),
+        )  # fmt: skip
         row.calls_after = stack.fake.calls_for(texts)
         row.checks = checks.passed
         row.result = "ok"
