@@ -67,6 +67,16 @@ def _live(lock_id: int | ColumnElement[Any]) -> ColumnElement[bool]:
     )
 
 
+def _ours_and_live(lock_id: int, holder: str) -> tuple[ColumnElement[bool], ...]:
+    """The grant is this holder's and neither released nor expired (database clock)."""
+    return (
+        job_locks.c.id == lock_id,
+        job_locks.c.holder == holder,
+        job_locks.c.released_at.is_(None),
+        job_locks.c.expires_at > db_now(),
+    )
+
+
 def is_unique_violation(exc: IntegrityError) -> bool:
     """Whether a driver error is a unique violation (PostgreSQL or SQLite)."""
     orig = exc.orig
@@ -237,12 +247,7 @@ class LockRepository:
         return (
             self.session.execute(
                 update(job_locks)
-                .where(
-                    job_locks.c.id == lock_id,
-                    job_locks.c.holder == holder,
-                    job_locks.c.released_at.is_(None),
-                    job_locks.c.expires_at > db_now(),
-                )
+                .where(*_ours_and_live(lock_id, holder))
                 .values(expires_at=later(ttl_seconds))
                 .returning(job_locks.c.id)
             ).first()
@@ -270,12 +275,7 @@ class LockRepository:
         return (
             self.session.execute(
                 update(job_locks)
-                .where(
-                    job_locks.c.id == lock_id,
-                    job_locks.c.holder == holder,
-                    job_locks.c.released_at.is_(None),
-                    job_locks.c.expires_at > db_now(),
-                )
+                .where(*_ours_and_live(lock_id, holder))
                 .values(released_at=db_now())
                 .returning(job_locks.c.id)
             ).first()
