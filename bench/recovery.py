@@ -124,7 +124,7 @@ def _quiet_job_rows(sf: Any, job_ids: list[int], quiet: bool) -> None:
 
 
 def measure(sf: Any, settings: Any, org: int, jobs: dict[int, int], samples: int) -> dict[str, Any]:
-    uow_factory = lambda: UnitOfWork(sf)  # noqa: E731
+    uow_factory = lambda **kw: UnitOfWork(sf, **kw)  # noqa: E731
     times: dict[str, list[float]] = {f"{k}_{n}": [] for k in ("recover", "find") for n in SIZES}
 
     def recover(n: int) -> float:

@@ -79,8 +79,8 @@ def create_app(settings: Settings | None = None, *, provider: TTSProvider | None
     engine = make_engine(settings.database_url)
     session_factory = make_session_factory(engine)
 
-    def uow_factory() -> UnitOfWork:
-        return UnitOfWork(session_factory)
+    def uow_factory(*, read_only: bool = False) -> UnitOfWork:
+        return UnitOfWork(session_factory, read_only=read_only)
 
     provider = provider or build_provider(settings)
     storage = LocalStorage(settings.storage_dir)

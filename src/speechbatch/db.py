@@ -32,6 +32,8 @@ PG_SESSION_OPTIONS = (
     "-c lock_timeout=2000 -c statement_timeout=30000 -c idle_in_transaction_session_timeout=10000"
 )
 SQLITE_BUSY_TIMEOUT_MS = 30000
+# Execution option of a unit of work that only reads (a deferred BEGIN on SQLite).
+READ_ONLY = "speechbatch_read_only"
 # SQLAlchemy stores SQLite datetimes as text with six fractional digits; the clock below
 # writes the same shape so that stored and computed timestamps compare as text.
 _SQLITE_NOW = "strftime('%Y-%m-%d %H:%M:%f000', 'now')"
@@ -142,6 +144,7 @@ def _make_sqlite_immediate(engine: Engine) -> None:
     In WAL mode a transaction that reads and then writes fails at once with "database
     is locked" when another connection wrote in between; BEGIN IMMEDIATE makes it wait
     for the lock (busy timeout) instead, so read-then-write units of work are safe.
+    Units of work that only read begin deferred, so a stalled writer cannot hold them up.
     """
 
     @event.listens_for(engine, "connect")
@@ -156,7 +159,9 @@ def _make_sqlite_immediate(engine: Engine) -> None:
 
     @event.listens_for(engine, "begin")
     def _begin(conn: Any) -> None:
-        conn.exec_driver_sql("BEGIN IMMEDIATE")
+        # A read-only unit of work never blocks on (or behind) a writer in WAL mode.
+        read_only = conn.get_execution_options().get(READ_ONLY)
+        conn.exec_driver_sql("BEGIN" if read_only else "BEGIN IMMEDIATE")
 
 
 def make_session_factory(engine: Engine) -> sessionmaker[Any]:

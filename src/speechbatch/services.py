@@ -39,7 +39,7 @@ class Limits:
 def database_is_up(uow_factory: UowFactory) -> bool:
     """Whether the database answers a trivial query."""
     try:
-        with uow_factory() as uow:
+        with uow_factory(read_only=True) as uow:
             uow.repo.ping()
     except Exception:
         log.warning("database health check failed", exc_info=True)
@@ -74,7 +74,7 @@ def hash_token(token: str) -> str:
 def create_token(uow_factory: UowFactory, email: str) -> str:
     """Create an API token for a user; the token is returned once and stored hashed."""
     token = "sb_" + secrets.token_urlsafe(32)
-    with uow_factory() as uow:
+    with uow_factory(read_only=True) as uow:
         user = uow.repo.get_user_by_email(email.strip())
         if user is None:
             raise NotFound(f"no user with email {email}")
@@ -85,13 +85,13 @@ def create_token(uow_factory: UowFactory, email: str) -> str:
 
 def authenticate_token(uow_factory: UowFactory, token: str) -> UserRecord | None:
     """The user a bearer token belongs to, or None."""
-    with uow_factory() as uow:
+    with uow_factory(read_only=True) as uow:
         return uow.repo.get_user_by_token(hash_token(token))
 
 
 def authenticate_password(uow_factory: UowFactory, email: str, password: str) -> UserRecord | None:
     """The user with that email and password, or None."""
-    with uow_factory() as uow:
+    with uow_factory(read_only=True) as uow:
         user = uow.repo.get_user_by_email(email.strip())
     if user is None or not check_password_hash(user.password_hash, password):
         return None
@@ -181,7 +181,7 @@ def recover_stale(
     """
     recovered = 0
     try:
-        with uow_factory() as uow:
+        with uow_factory(read_only=True) as uow:
             stale = uow.repo.find_stale_jobs(
                 lease_seconds=settings.lease_seconds,
                 worker_dead_seconds=settings.worker_dead_seconds,
@@ -241,7 +241,7 @@ def get_job(
     uow_factory: UowFactory, settings: Settings, user: UserRecord, job_id: int
 ) -> dict[str, Any]:
     """One job as the API shows it, after lease-expiry recovery."""
-    with uow_factory() as uow:
+    with uow_factory(read_only=True) as uow:
         view = uow.repo.get_job_view(
             job_id,
             user.organization_id,
@@ -254,7 +254,7 @@ def get_job(
     # items) pays for the recovery pass, and is read again after it.
     if view.pop("needs_recovery"):
         recover_stale(uow_factory, settings, organization_id=user.organization_id, job_id=job_id)
-        with uow_factory() as uow:
+        with uow_factory(read_only=True) as uow:
             view = uow.repo.get_job_view(job_id, user.organization_id)
         if view is None:
             raise NotFound("job not found")
@@ -297,7 +297,7 @@ def list_jobs(
     recover_stale(uow_factory, settings, organization_id=user.organization_id)
     limit = None if per_page is None else max(1, min(per_page, MAX_PAGE))
     offset = 0 if limit is None else (max(1, page) - 1) * limit
-    with uow_factory() as uow:
+    with uow_factory(read_only=True) as uow:
         jobs = uow.repo.list_job_summaries(
             user.organization_id, status=status, limit=limit, offset=offset
         )
@@ -355,7 +355,7 @@ def start_generation(
 
 def item_audio_key(uow_factory: UowFactory, user: UserRecord, job_id: int, item_id: int) -> str:
     """The storage key of an item's audio; NotFound when it has none or is not yours."""
-    with uow_factory() as uow:
+    with uow_factory(read_only=True) as uow:
         key = uow.repo.item_audio(job_id, item_id, user.organization_id)
     if key is None:
         raise NotFound("no audio for this item")

@@ -8,6 +8,7 @@ from typing import Any
 
 from sqlalchemy.orm import Session, sessionmaker
 
+from .db import READ_ONLY
 from .repository import Repository
 
 
@@ -17,11 +18,15 @@ class UnitOfWork:
     repo: Repository
     session: Session
 
-    def __init__(self, session_factory: sessionmaker[Any]) -> None:
+    def __init__(self, session_factory: sessionmaker[Any], *, read_only: bool = False) -> None:
         self._session_factory = session_factory
+        self._read_only = read_only
 
     def __enter__(self) -> UnitOfWork:
         self.session = self._session_factory()
+        if self._read_only:
+            options: dict[str, Any] = {READ_ONLY: True}
+            self.session.connection(execution_options=options)
         self.repo = Repository(self.session)
         return self
 
@@ -45,4 +50,5 @@ class UnitOfWork:
         self.session.rollback()
 
 
-UowFactory = Callable[[], UnitOfWork]
+# Called as uow_factory() or uow_factory(read_only=True).
+UowFactory = Callable[..., UnitOfWork]

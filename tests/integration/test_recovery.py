@@ -232,3 +232,21 @@ def test_stale_check_is_one_candidate_per_dead_job(svc: Services, admin: UserRec
         stale = uow.repo.find_stale_jobs(lease_seconds=30, worker_dead_seconds=30)
     assert len(stale) == 3
     assert all(isinstance(s, StaleJob) and s.reason == "lease" for s in stale)
+
+
+@pytest.mark.parametrize("backend", ["sqlite"], indirect=True)
+def test_sqlite_read_answers_while_another_connection_holds_the_write_lock(
+    svc: Services, admin: UserRecord
+) -> None:
+    """Reads begin deferred on SQLite, so a stalled writer cannot hold them up."""
+    job_id = new_job(svc, admin)
+    holder = svc.engine.connect()
+    tx = holder.begin()  # BEGIN IMMEDIATE: the database's write lock
+    try:
+        holder.exec_driver_sql("UPDATE jobs SET title = title")
+        started = time.monotonic()
+        assert get_job(svc.uow_factory, svc.settings, admin, job_id)["status"] == "PENDING"
+        assert time.monotonic() - started < 2
+    finally:
+        tx.rollback()
+        holder.close()

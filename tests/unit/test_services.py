@@ -94,7 +94,7 @@ def uow(repo: FakeRepository) -> FakeUnitOfWork:
 
 
 def test_create_job_trims_and_stores(uow: FakeUnitOfWork, repo: FakeRepository) -> None:
-    job_id = services.create_job(lambda: uow, USER, "  T ", " alloy", [" a ", "b"], LIMITS)  # type: ignore[arg-type,return-value]
+    job_id = services.create_job(lambda **kw: uow, USER, "  T ", " alloy", [" a ", "b"], LIMITS)  # type: ignore[arg-type,return-value]
     assert repo.jobs[job_id] == {"org": 10, "title": "T", "voice": "alloy", "texts": ["a", "b"]}
     assert uow.committed == 1
 
@@ -113,7 +113,7 @@ def test_invalid_input_names_the_field(
     uow: FakeUnitOfWork, title: str, voice: str, texts: list[str], field: str
 ) -> None:
     with pytest.raises(ValidationError) as info:
-        services.create_job(lambda: uow, USER, title, voice, texts, LIMITS)  # type: ignore[arg-type,return-value]
+        services.create_job(lambda **kw: uow, USER, title, voice, texts, LIMITS)  # type: ignore[arg-type,return-value]
     assert info.value.field == field
     assert uow.committed == 0
 
@@ -132,7 +132,7 @@ def test_refused_claim_starts_nothing(
     repo.refusal = refusal
     runner = FakeRunner()
     with pytest.raises(error):
-        services.start_generation(lambda: uow, Settings(), runner, USER, 1)  # type: ignore[arg-type,return-value]
+        services.start_generation(lambda **kw: uow, Settings(), runner, USER, 1)  # type: ignore[arg-type,return-value]
     assert runner.started == []
     assert uow.committed == 0
 
@@ -141,7 +141,7 @@ def test_won_claim_commits_then_starts_the_run(uow: FakeUnitOfWork, repo: FakeRe
     repo.refusal = ""
     job_id = repo.create_job(10, 1, "t", "alloy", ["a"])
     runner = FakeRunner()
-    services.start_generation(lambda: uow, Settings(), runner, USER, job_id, regenerate=True)  # type: ignore[arg-type,return-value]
+    services.start_generation(lambda **kw: uow, Settings(), runner, USER, job_id, regenerate=True)  # type: ignore[arg-type,return-value]
     assert repo.claims == [(job_id, True)]
     assert runner.started == [(job_id, 1)]
     assert uow.committed == 1
@@ -151,14 +151,14 @@ def test_claim_recovers_a_dead_run_first(uow: FakeUnitOfWork, repo: FakeReposito
     repo.refusal = ""
     job_id = repo.create_job(10, 1, "t", "alloy", ["a"])
     repo.stale = [StaleJob(job_id, 1, "worker", "host:1")]
-    services.start_generation(lambda: uow, Settings(), FakeRunner(), USER, job_id)  # type: ignore[arg-type,return-value]
+    services.start_generation(lambda **kw: uow, Settings(), FakeRunner(), USER, job_id)  # type: ignore[arg-type,return-value]
     assert repo.recovered == repo.stale
 
 
 def test_other_organizations_job_is_not_found(uow: FakeUnitOfWork, repo: FakeRepository) -> None:
     job_id = repo.create_job(99, 1, "t", "alloy", ["a"])
     with pytest.raises(NotFound):
-        services.get_job(lambda: uow, Settings(), USER, job_id)  # type: ignore[arg-type,return-value]
+        services.get_job(lambda **kw: uow, Settings(), USER, job_id)  # type: ignore[arg-type,return-value]
 
 
 def test_items_from_text_and_csv() -> None:
