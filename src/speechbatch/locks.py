@@ -34,12 +34,11 @@ from sqlalchemy.orm import Session
 
 from .db import db_now, later
 from .errors import LockHeld, SpeechbatchError
-from .models import Export, Item, ItemStatus, Job, JobLock
+from .models import Export, ItemStatus, JobLock
+from .repository import items, jobs
 
 job_locks = cast(Table, JobLock.__table__)
 exports = cast(Table, Export.__table__)
-items = cast(Table, Item.__table__)
-jobs = cast(Table, Job.__table__)
 
 PG_UNIQUE_VIOLATION = "23505"
 PG_LOCK_NOT_AVAILABLE = "55P03"
@@ -387,27 +386,22 @@ class ExportRepository:
         lock = LockRepository(self.session)
         if not lock.release_live(lock_id, holder):
             return False
-        return (
-            self.session.execute(
-                update(exports)
-                .where(
-                    exports.c.id == export_id,
-                    exports.c.lock_id == lock_id,
-                    exports.c.status == ExportStatus.RUNNING,
-                )
-                .values(
-                    status=ExportStatus.COMPLETED,
-                    file_path=file_path,
-                    error_message=None,
-                    finished_at=db_now(),
-                )
-                .returning(exports.c.id)
-            ).first()
-            is not None
+        return self._end_export(
+            export_id,
+            lock_id,
+            status=ExportStatus.COMPLETED,
+            file_path=file_path,
+            error_message=None,
         )
 
     def fail_export(self, export_id: int, lock_id: int, message: str) -> bool:
         """Mark a RUNNING export of this grant FAILED; False when it has ended already."""
+        return self._end_export(
+            export_id, lock_id, status=ExportStatus.FAILED, error_message=message
+        )
+
+    def _end_export(self, export_id: int, lock_id: int, **values: Any) -> bool:
+        """End a RUNNING export of this grant with ``values``; whether it won."""
         return (
             self.session.execute(
                 update(exports)
@@ -416,7 +410,7 @@ class ExportRepository:
                     exports.c.lock_id == lock_id,
                     exports.c.status == ExportStatus.RUNNING,
                 )
-                .values(status=ExportStatus.FAILED, error_message=message, finished_at=db_now())
+                .values(finished_at=db_now(), **values)
                 .returning(exports.c.id)
             ).first()
             is not None
