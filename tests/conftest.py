@@ -22,17 +22,28 @@ from speechbatch.migrate import upgrade
 from speechbatch.repository import UserRecord
 from speechbatch.services import create_admin, create_token
 from tests.fakes import FakeProvider
+from tests.support.server import pg_unreachable_reason
 
 PG_ADMIN_DSN = os.environ.get(
     "SPEECHBATCH_TEST_PG_DSN", "postgresql://postgres@127.0.0.1:5432/postgres"
 )
 PG_URL_BASE = PG_ADMIN_DSN.rsplit("/", 1)[0].replace("postgresql://", "postgresql+psycopg://", 1)
-IN_CI = os.environ.get("CI", "").lower() in ("1", "true", "yes")
+IN_CI = os.environ.get("CI", "").strip().lower() in ("1", "true", "yes")
 BACKENDS = ["sqlite", "postgresql"]
 
 
 def _pg_admin() -> psycopg.Connection[Any]:
     return psycopg.connect(PG_ADMIN_DSN, autocommit=True, connect_timeout=3)
+
+
+@pytest.fixture(scope="session")
+def pg_available() -> None:
+    """Skip (or fail under CI=true) when PostgreSQL does not answer (process-level tests)."""
+    reason = pg_unreachable_reason()
+    if reason is not None:
+        if IN_CI:
+            pytest.fail(f"PostgreSQL is required under CI: {reason}")
+        pytest.skip(reason)
 
 
 @pytest.fixture(scope="session")

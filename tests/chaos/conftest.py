@@ -22,14 +22,12 @@ from tests.support.server import (
     bootstrap,
     drop_pg_database,
     make_pg_database,
-    pg_unreachable_reason,
 )
 
 from .chaos_provider import ChaosFakeProvider
 from .harness import THREADS, WORKERS, ChaosReport, ensure_pg_running, local_cluster
 
 CHAOS_DIR = Path(__file__).resolve().parent
-IN_CI = os.environ.get("CI", "").strip().lower() in ("1", "true", "yes")
 REPORT_KEY = pytest.StashKey[ChaosReport]()
 FAKE_API_KEY = "test-key"
 
@@ -51,16 +49,6 @@ def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pyte
     terminalreporter.write_sep("=", "chaos summary")
     for line in report.render().splitlines():
         terminalreporter.write_line(line)
-
-
-@pytest.fixture(scope="session")
-def pg_available() -> None:
-    """Skip (or fail under CI=true) when PostgreSQL does not answer."""
-    reason = pg_unreachable_reason()
-    if reason is not None:
-        if IN_CI:
-            pytest.fail(f"PostgreSQL is required under CI: {reason}")
-        pytest.skip(reason)
 
 
 @pytest.fixture(scope="session")

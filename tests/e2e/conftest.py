@@ -25,13 +25,11 @@ from tests.support.server import (
     drop_pg_database,
     make_pg_database,
     pg_database_name,
-    pg_unreachable_reason,
     sqlite_url,
 )
 
 E2E_DIR = Path(__file__).resolve().parent
 BACKENDS = ["sqlite", "postgresql"]
-IN_CI = os.environ.get("CI", "").strip().lower() in ("1", "true", "yes")
 DEFAULT_LATENCY = 0.3
 
 ServerFactory = Callable[..., GunicornServer]
@@ -43,16 +41,6 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     for item in items:
         if E2E_DIR in Path(item.path).resolve().parents:
             item.add_marker(pytest.mark.e2e)
-
-
-@pytest.fixture(scope="session")
-def pg_available() -> None:
-    """Skip (or fail under CI=true) when PostgreSQL does not answer."""
-    reason = pg_unreachable_reason()
-    if reason is not None:
-        if IN_CI:
-            pytest.fail(f"PostgreSQL is required under CI: {reason}")
-        pytest.skip(reason)
 
 
 @pytest.fixture(params=BACKENDS)

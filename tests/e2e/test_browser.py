@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 from playwright.sync_api import Browser, Dialog, FilePayload, Locator, Page, expect, sync_playwright
 
+from tests.conftest import IN_CI
 from tests.support.server import (
     ADMIN_EMAIL,
     ADMIN_PASSWORD,
@@ -30,7 +31,6 @@ from tests.support.server import (
 pytestmark = pytest.mark.e2e
 
 CHROMIUM = Path("/usr/bin/chromium")
-IN_CI = os.environ.get("CI", "").strip().lower() in ("1", "true", "yes")
 # Refresh the README's pictures with SPEECHBATCH_SCREENSHOT_DIR=docs/screenshots; a plain
 # run keeps the work tree clean.
 SCREENSHOTS = Path(
