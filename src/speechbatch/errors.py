@@ -92,3 +92,15 @@ class Fenced(SpeechbatchError):
     """This run was declared dead or superseded; it may write nothing more."""
 
     code = "fenced"
+
+
+class NotGenerating(Conflict):
+    """This job has no live run to cancel."""
+
+    code = "not_generating"
+
+
+class BudgetExceeded(Conflict):
+    """The organization's monthly budget cannot pay for any item this would send."""
+
+    code = "budget_exceeded"

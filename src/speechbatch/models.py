@@ -4,7 +4,18 @@ from __future__ import annotations
 
 from datetime import datetime
 
-from sqlalchemy import BigInteger, ForeignKey, Index, Integer, String, Text, UniqueConstraint, text
+from sqlalchemy import (
+    BigInteger,
+    Boolean,
+    ForeignKey,
+    Index,
+    Integer,
+    String,
+    Text,
+    UniqueConstraint,
+    false,
+    text,
+)
 from sqlalchemy.orm import Mapped, mapped_column
 
 from .db import Base, UTCDateTime, db_now
@@ -39,6 +50,8 @@ class RunOutcome:
     FAILED = "FAILED"
     INTERRUPTED = "INTERRUPTED"
     RECOVERED = "RECOVERED"
+    CANCELLED = "CANCELLED"
+    OVER_BUDGET = "OVER_BUDGET"
 
 
 class Organization(Base):
@@ -46,6 +59,8 @@ class Organization(Base):
 
     id: Mapped[int] = mapped_column(Id, primary_key=True)
     slug: Mapped[str] = mapped_column(String(100), unique=True)
+    # Monthly budget of billed characters; None means no limit.
+    budget_characters: Mapped[int | None] = mapped_column(BigInteger)
     created_at: Mapped[datetime] = mapped_column(UTCDateTime(), server_default=db_now())
 
 
@@ -121,6 +136,11 @@ class Item(Base):
             postgresql_where=text("status = 'GENERATING'"),
             sqlite_where=text("status = 'GENERATING'"),
         ),
+        # Reuse: the newest audio of a fingerprint is one index probe, however much audio
+        # an organization has (the fingerprint carries the organization).
+        Index("ix_items_fingerprint_updated_at", "fingerprint", "updated_at"),
+        # Shared audio: whether anything still refers to a file is one index probe.
+        Index("ix_items_audio_path", "audio_path"),
     )
 
     id: Mapped[int] = mapped_column(Id, primary_key=True)
@@ -132,6 +152,10 @@ class Item(Base):
     audio_path: Mapped[str | None] = mapped_column(String(500))
     audio_bytes: Mapped[int | None] = mapped_column(Integer)
     audio_sha256: Mapped[str | None] = mapped_column(String(64))
+    # What the provider was (or would be) asked: see fingerprints.audio_fingerprint.
+    fingerprint: Mapped[str | None] = mapped_column(String(64))
+    # The audio was shared from an earlier item instead of paying for a call.
+    reused: Mapped[bool] = mapped_column(Boolean, default=False, server_default=false())
     updated_at: Mapped[datetime] = mapped_column(UTCDateTime(), server_default=db_now())
 
 
@@ -151,6 +175,25 @@ class Run(Base):
     started_at: Mapped[datetime] = mapped_column(UTCDateTime(), server_default=db_now())
     finished_at: Mapped[datetime | None] = mapped_column(UTCDateTime())
     error_message: Mapped[str | None] = mapped_column(Text)
+    # The run's share of the ledger: every provider attempt, recorded before it is sent.
+    billed_characters: Mapped[int] = mapped_column(BigInteger, default=0, server_default="0")
+    provider_calls: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
+    cancelled_by_id: Mapped[int | None] = mapped_column(Id, ForeignKey("users.id"))
+
+
+class UsageMonth(Base):
+    """The ledger: characters billed and provider calls per organization and UTC month."""
+
+    __tablename__ = "usage_months"
+    __table_args__ = (
+        UniqueConstraint("organization_id", "month", name="uq_usage_months_organization_id"),
+    )
+
+    id: Mapped[int] = mapped_column(Id, primary_key=True)
+    organization_id: Mapped[int] = mapped_column(Id, ForeignKey("organizations.id"))
+    month: Mapped[str] = mapped_column(String(7))  # "YYYY-MM", UTC
+    billed_characters: Mapped[int] = mapped_column(BigInteger, default=0, server_default="0")
+    provider_calls: Mapped[int] = mapped_column(BigInteger, default=0, server_default="0")
 
 
 class JobLock(Base):

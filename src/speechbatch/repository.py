@@ -83,6 +83,25 @@ class StartedItem:
 
     text: str
     previous_audio_path: str | None
+    # An item of the organization whose finished audio answers the same request.
+    reusable_item_id: int | None = None
+
+
+@dataclass(frozen=True)
+class FinishedItem:
+    """The answer of a fenced finish: whether it won, and what it replaced."""
+
+    won: bool
+    replaced_still_referenced: bool = False
+
+
+@dataclass(frozen=True)
+class RunPlan:
+    """What a run needs before its first item: the job's voice, owner and items to send."""
+
+    voice: str
+    organization_id: int
+    items: list[tuple[int, str]]
 
 
 def _iso(value: datetime | None) -> str | None:
@@ -408,6 +427,7 @@ class Repository:
                 "status": r.status,
                 "error_message": r.error_message,
                 "audio_url": audio_url(job_id, r.id) if r.audio_path else None,
+                "reused": bool(r.reused),
                 "updated_at": _iso(r.updated_at),
             }
             for r in self.session.execute(items_stmt, {"job_id": job_id})
@@ -421,6 +441,9 @@ class Repository:
                 "finished_at": _iso(r.finished_at),
                 "error_message": r.error_message,
                 "started_by": r.started_by,
+                "cancelled_by": r.cancelled_by,
+                "billed_characters": int(r.billed_characters),
+                "provider_calls": int(r.provider_calls),
                 "worker": f"{r.hostname}:{r.pid}" if r.hostname else None,
             }
             for r in self.session.execute(runs_stmt, {"job_id": job_id})
@@ -469,19 +492,17 @@ class Repository:
 
     # --- the run: fenced progress stamps ---------------------------------------------
 
-    def runnable_items(self, job_id: int) -> tuple[str, list[int]]:
-        """The job's voice and the items a run must still send, in order."""
-        voice: str = self.session.execute(
-            select(jobs.c.voice).where(jobs.c.id == job_id)
-        ).scalar_one()
-        ids: list[int] = list(
-            self.session.execute(
-                select(items.c.id)
-                .where(items.c.job_id == job_id, items.c.status == ItemStatus.PENDING)
-                .order_by(items.c.position)
-            ).scalars()
-        )
-        return voice, ids
+    def run_plan(self, job_id: int) -> RunPlan:
+        """The job's voice, organization, and the (id, text) of items still to send, in order."""
+        job = self.session.execute(
+            select(jobs.c.voice, jobs.c.organization_id).where(jobs.c.id == job_id)
+        ).one()
+        pending = self.session.execute(
+            select(items.c.id, items.c.text)
+            .where(items.c.job_id == job_id, items.c.status == ItemStatus.PENDING)
+            .order_by(items.c.position)
+        ).all()
+        return RunPlan(job.voice, job.organization_id, [(r.id, r.text) for r in pending])
 
     def stamp_job_progress(self, job_id: int, attempt: int) -> bool:
         """Fence and heartbeat: stamp the job if it is still GENERATING at ``attempt``.
@@ -495,15 +516,43 @@ class Repository:
             self.session.execute(stamp, {"p_job": job_id, "p_attempt": attempt}).first() is not None
         )
 
-    def start_item(self, job_id: int, attempt: int, item_id: int) -> StartedItem | None:
-        """Fenced: mark a PENDING item GENERATING; None when fenced or already taken."""
+    def start_item(
+        self, job_id: int, attempt: int, item_id: int, *, reuse_fingerprint: str | None = None
+    ) -> StartedItem | None:
+        """Fenced: mark a PENDING item GENERATING; None when fenced or already taken.
+
+        With ``reuse_fingerprint``, the same statement looks up the newest finished audio
+        of that fingerprint (one index probe) and names its item in the answer.
+        """
         if not self.stamp_job_progress(job_id, attempt):
             return None
         start = _item_statements()["start"]
-        row = self.session.execute(start, {"p_job": job_id, "p_item": item_id}).first()
+        row = self.session.execute(
+            start, {"p_job": job_id, "p_item": item_id, "p_fp": reuse_fingerprint}
+        ).first()
         if row is None:
             return None
-        return StartedItem(text=row.text, previous_audio_path=row.audio_path)
+        return StartedItem(
+            text=row.text, previous_audio_path=row.audio_path, reusable_item_id=row.reusable_id
+        )
+
+    def reuse_audio(self, job_id: int, item_id: int, source_item_id: int, fingerprint: str) -> bool:
+        """Compare-and-set: make a PENDING or GENERATING item DONE with another item's audio.
+
+        Runs inside a transaction that has already fenced (stamped) the run. False when
+        the item was not ours to finish or the source has no finished audio any more.
+        """
+        reuse = _item_statements()["reuse"]
+        params = {"p_job": job_id, "p_item": item_id, "p_src": source_item_id, "p_fp": fingerprint}
+        return self.session.execute(reuse, params).first() is not None
+
+    def reuse_audio_fenced(
+        self, job_id: int, attempt: int, item_id: int, source_item_id: int, fingerprint: str
+    ) -> bool:
+        """Fenced: a duplicate of an item this run has just finished shares its audio."""
+        if not self.stamp_job_progress(job_id, attempt):
+            return False
+        return self.reuse_audio(job_id, item_id, source_item_id, fingerprint)
 
     def finish_item(
         self,
@@ -514,21 +563,46 @@ class Repository:
         audio_path: str | None = None,
         audio_bytes: int | None = None,
         audio_sha256: str | None = None,
+        fingerprint: str | None = None,
+        replaced_audio_path: str | None = None,
         error_message: str | None = None,
-    ) -> bool:
-        """Fenced: move a GENERATING item to DONE (with audio) or ERROR; whether it won."""
+    ) -> FinishedItem:
+        """Fenced: move a GENERATING item to DONE (with audio) or ERROR.
+
+        With ``replaced_audio_path`` (the audio a regenerate replaces), the answer also
+        says whether any other item still refers to that file, in the same statement.
+        """
         if not self.stamp_job_progress(job_id, attempt):
-            return False
+            return FinishedItem(won=False)
         params: dict[str, Any] = {"p_job": job_id, "p_item": item_id}
         if error_message is None:
             stmt = _item_statements()["done"]
-            params.update(p_path=audio_path, p_bytes=audio_bytes, p_sha=audio_sha256)
+            params.update(
+                p_path=audio_path,
+                p_bytes=audio_bytes,
+                p_sha=audio_sha256,
+                p_fp=fingerprint,
+                p_old=replaced_audio_path,
+            )
         else:
             stmt = _item_statements()["error"]
             params["p_message"] = error_message
-        return self.session.execute(stmt, params).first() is not None
+        row = self.session.execute(stmt, params).first()
+        if row is None:
+            return FinishedItem(won=False)
+        referenced = error_message is None and bool(row.still_referenced)
+        return FinishedItem(won=True, replaced_still_referenced=referenced)
 
-    def _end_run(self, job_id: int, attempt: int, outcome: str, message: str | None) -> None:
+    def return_item(self, job_id: int, attempt: int, item_id: int) -> bool:
+        """Fenced: put a GENERATING item back to PENDING (its next call did not fit the budget)."""
+        if not self.stamp_job_progress(job_id, attempt):
+            return False
+        back = _item_statements()["return"]
+        return self.session.execute(back, {"p_job": job_id, "p_item": item_id}).first() is not None
+
+    def _end_run(
+        self, job_id: int, attempt: int, outcome: str, message: str | None, **extra: Any
+    ) -> None:
         self.session.execute(
             update(runs)
             .where(
@@ -536,7 +610,7 @@ class Repository:
                 runs.c.attempt == attempt,
                 runs.c.outcome == RunOutcome.RUNNING,
             )
-            .values(outcome=outcome, finished_at=db_now(), error_message=message)
+            .values(outcome=outcome, finished_at=db_now(), error_message=message, **extra)
         )
 
     def _fail_in_flight_items(self, job_id: int, message: str) -> None:
@@ -569,8 +643,20 @@ class Repository:
             .returning(jobs.c.status)
         ).scalar_one_or_none()
 
-    def finish_run(self, job_id: int, attempt: int, *, run_error: str | None = None) -> str | None:
-        """Fenced: end a run whose loop is over; return the job's final status or None."""
+    def finish_run(
+        self,
+        job_id: int,
+        attempt: int,
+        *,
+        run_error: str | None = None,
+        over_budget: str | None = None,
+    ) -> str | None:
+        """Fenced: end a run whose loop is over; return the job's final status or None.
+
+        ``over_budget`` (a message) ends a run that stopped because the organization's
+        budget could not pay for its next call: outcome OVER_BUDGET unless every item
+        is DONE anyway.
+        """
         counts: dict[str, int] = dict(
             self.session.execute(
                 select(items.c.status, func.count())
@@ -579,12 +665,14 @@ class Repository:
             ).all()
         )
         failed = sum(v for k, v in counts.items() if k != ItemStatus.DONE)
-        message = run_error or f"{failed} of {sum(counts.values())} items failed"
+        message = run_error or over_budget or f"{failed} of {sum(counts.values())} items failed"
         status = self._end_job(job_id, attempt, message)
         if status is None:
             return None
         if status == JobStatus.COMPLETED:
             self._end_run(job_id, attempt, RunOutcome.COMPLETED, None)
+        elif over_budget and not run_error:
+            self._end_run(job_id, attempt, RunOutcome.OVER_BUDGET, message)
         else:
             self._end_run(job_id, attempt, RunOutcome.FAILED, message)
         return status
@@ -598,6 +686,35 @@ class Repository:
         if status is None:
             return False
         self._end_run(job_id, attempt, RunOutcome.INTERRUPTED, message)
+        return True
+
+    def live_attempt(self, job_id: int, organization_id: int) -> int | None:
+        """The attempt of the job's live run, or None when it is not GENERATING (or not found)."""
+        return self.session.execute(
+            select(jobs.c.attempt).where(
+                jobs.c.id == job_id,
+                jobs.c.organization_id == organization_id,
+                jobs.c.status == JobStatus.GENERATING,
+            )
+        ).scalar_one_or_none()
+
+    def cancel_run(self, job_id: int, attempt: int, user_id: int | None, message: str) -> bool:
+        """Compare-and-set: end the live run at ``attempt`` as CANCELLED; whether it won.
+
+        The claim's mirror: one conditional UPDATE of the job at the run's attempt (its
+        row lock serializes it with every fenced write), after which the run's next
+        fenced write fails and it stops. Items in flight go back to PENDING, so a
+        Retry resumes them; their calls' answers cannot be written.
+        """
+        status = self._end_job(job_id, attempt, message)
+        if status is None:
+            return False
+        self.session.execute(
+            update(items)
+            .where(items.c.job_id == job_id, items.c.status == ItemStatus.GENERATING)
+            .values(status=ItemStatus.PENDING, updated_at=db_now())
+        )
+        self._end_run(job_id, attempt, RunOutcome.CANCELLED, message, cancelled_by_id=user_id)
         return True
 
     # --- recovery ---------------------------------------------------------------------
@@ -789,11 +906,13 @@ def _job_view_statements(liveness: bool) -> tuple[Select[Any], Select[Any], Sele
             items.c.status,
             items.c.error_message,
             items.c.audio_path,
+            items.c.reused,
             items.c.updated_at,
         )
         .where(items.c.job_id == job_id)
         .order_by(items.c.position)
     )
+    canceller = users.alias("canceller")
     run_rows = (
         select(
             runs.c.attempt,
@@ -803,13 +922,16 @@ def _job_view_statements(liveness: bool) -> tuple[Select[Any], Select[Any], Sele
             runs.c.finished_at,
             runs.c.error_message,
             users.c.email.label("started_by"),
+            canceller.c.email.label("cancelled_by"),
+            runs.c.billed_characters,
+            runs.c.provider_calls,
             workers.c.hostname,
             workers.c.pid,
         )
         .select_from(
-            runs.outerjoin(users, users.c.id == runs.c.started_by_id).outerjoin(
-                workers, workers.c.id == runs.c.worker_id
-            )
+            runs.outerjoin(users, users.c.id == runs.c.started_by_id)
+            .outerjoin(canceller, canceller.c.id == runs.c.cancelled_by_id)
+            .outerjoin(workers, workers.c.id == runs.c.worker_id)
         )
         .where(runs.c.job_id == job_id)
         .order_by(runs.c.attempt)
@@ -823,6 +945,25 @@ def _item_statements() -> dict[str, Any]:
     job_id, item_id = bindparam("p_job", type_=Id), bindparam("p_item", type_=Id)
     this_item = (items.c.id == item_id, items.c.job_id == job_id)
     path, sha = bindparam("p_path", type_=String), bindparam("p_sha", type_=String)
+    fingerprint = bindparam("p_fp", type_=String)
+    src = items.alias("src")
+    source_id = bindparam("p_src", type_=Id)
+    # The newest finished audio of a fingerprint: one probe of ix_items_fingerprint_updated_at.
+    reusable = (
+        select(src.c.id)
+        .where(
+            src.c.fingerprint == fingerprint,
+            src.c.status == ItemStatus.DONE,
+            src.c.audio_path.is_not(None),
+        )
+        .order_by(src.c.updated_at.desc())
+        .limit(1)
+        .scalar_subquery()
+    )
+
+    def of_source(column: Any) -> Any:
+        return select(column).where(src.c.id == source_id).scalar_subquery()
+
     return {
         "stamp": update(jobs)
         .where(
@@ -835,7 +976,32 @@ def _item_statements() -> dict[str, Any]:
         "start": update(items)
         .where(*this_item, items.c.status == ItemStatus.PENDING)
         .values(status=ItemStatus.GENERATING, error_message=None, updated_at=db_now())
-        .returning(items.c.text, items.c.audio_path),
+        .returning(items.c.text, items.c.audio_path, reusable.label("reusable_id")),
+        "reuse": update(items)
+        .where(
+            *this_item,
+            items.c.status.in_([ItemStatus.PENDING, ItemStatus.GENERATING]),
+            exists().where(
+                src.c.id == source_id,
+                src.c.status == ItemStatus.DONE,
+                src.c.audio_path.is_not(None),
+            ),
+        )
+        .values(
+            status=ItemStatus.DONE,
+            error_message=None,
+            reused=True,
+            fingerprint=fingerprint,
+            audio_path=of_source(src.c.audio_path),
+            audio_bytes=of_source(src.c.audio_bytes),
+            audio_sha256=of_source(src.c.audio_sha256),
+            updated_at=db_now(),
+        )
+        .returning(items.c.id),
+        "return": update(items)
+        .where(*this_item, items.c.status == ItemStatus.GENERATING)
+        .values(status=ItemStatus.PENDING, updated_at=db_now())
+        .returning(items.c.id),
         "done": update(items)
         .where(
             *this_item,
@@ -855,9 +1021,17 @@ def _item_statements() -> dict[str, Any]:
             audio_path=path,
             audio_bytes=bindparam("p_bytes", type_=Integer),
             audio_sha256=sha,
+            fingerprint=fingerprint,
+            reused=False,
             updated_at=db_now(),
         )
-        .returning(items.c.id),
+        .returning(
+            items.c.id,
+            # Whether the audio this one replaces is still shared by another item.
+            exists()
+            .where(src.c.audio_path == bindparam("p_old", type_=String), src.c.id != item_id)
+            .label("still_referenced"),
+        ),
         "error": update(items)
         .where(*this_item, items.c.status == ItemStatus.GENERATING)
         .values(

@@ -1,0 +1,1 @@
+"""Repositories: the only places that build SQL, one small module per concept."""

@@ -1,0 +1,206 @@
+"""The spending repository: the monthly ledger, budgets, per-run billing, shared audio.
+
+Every compare-and-set is one statement that returns whether it won. The reservation is
+the budget's only guard: one upsert whose update is conditional on ``billed + n <=
+budget`` on the ledger row itself, so concurrent runs in any number of processes
+serialize on that row and can never overshoot.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Any, cast
+
+from sqlalchemy import Table, literal, or_, select, update
+from sqlalchemy.dialects import postgresql, sqlite
+from sqlalchemy.ext.compiler import compiles
+from sqlalchemy.orm import Session
+from sqlalchemy.sql.compiler import SQLCompiler
+from sqlalchemy.sql.expression import FunctionElement
+from sqlalchemy.types import String
+
+from ..models import Export, Item, ItemStatus, Organization, Run, UsageMonth
+
+organizations = cast(Table, Organization.__table__)
+usage_months = cast(Table, UsageMonth.__table__)
+items = cast(Table, Item.__table__)
+runs = cast(Table, Run.__table__)
+exports = cast(Table, Export.__table__)
+
+# Fingerprints per IN (...) list: well under every backend's bound-parameter limit.
+_CHUNK = 500
+
+
+class db_month(FunctionElement[str]):
+    """The database's current calendar month in UTC, as ``YYYY-MM``."""
+
+    type = String()
+    inherit_cache = True
+
+
+@compiles(db_month, "postgresql")
+def _pg_month(element: db_month, compiler: SQLCompiler, **kw: Any) -> str:
+    return "to_char(clock_timestamp() AT TIME ZONE 'UTC', 'YYYY-MM')"
+
+
+@compiles(db_month, "sqlite")
+def _sqlite_month(element: db_month, compiler: SQLCompiler, **kw: Any) -> str:
+    return "strftime('%Y-%m', 'now')"
+
+
+@dataclass(frozen=True)
+class Usage:
+    """An organization's ledger for one month, and its budget."""
+
+    month: str
+    billed_characters: int
+    provider_calls: int
+    budget_characters: int | None
+
+    @property
+    def remaining_characters(self) -> int | None:
+        """What the budget still allows this month (None without a budget)."""
+        if self.budget_characters is None:
+            return None
+        return max(0, self.budget_characters - self.billed_characters)
+
+
+def _chunks(values: list[str]) -> Iterable[list[str]]:
+    for start in range(0, len(values), _CHUNK):
+        yield values[start : start + _CHUNK]
+
+
+class SpendingRepository:
+    """The ledger, budgets and shared-audio queries over one session."""
+
+    def __init__(self, session: Session) -> None:
+        self.session = session
+
+    def _budget_of(self, organization_id: int) -> Any:
+        return (
+            select(organizations.c.budget_characters)
+            .where(organizations.c.id == organization_id)
+            .scalar_subquery()
+        )
+
+    def reserve_characters(self, organization_id: int, characters: int) -> bool:
+        """Compare-and-set: bill ``characters`` and one provider call to this month.
+
+        One upsert: the first call of a month inserts the ledger row (if it fits the
+        budget at all), later ones add to it only while ``billed + n <= budget``; the
+        guard is on the row being updated, which PostgreSQL re-checks on its newest
+        version and SQLite writes under its one write lock. False: it does not fit.
+        """
+        budget = self._budget_of(organization_id)
+        insert_fn = (
+            postgresql.insert
+            if self.session.get_bind().dialect.name == "postgresql"
+            else sqlite.insert
+        )
+        n = literal(characters)
+        source = select(literal(organization_id), db_month(), n, literal(1)).where(
+            or_(budget.is_(None), n <= budget)
+        )
+        upsert = insert_fn(usage_months).from_select(
+            ["organization_id", "month", "billed_characters", "provider_calls"], source
+        )
+        stmt = upsert.on_conflict_do_update(
+            index_elements=[usage_months.c.organization_id, usage_months.c.month],
+            set_={
+                "billed_characters": usage_months.c.billed_characters
+                + upsert.excluded.billed_characters,
+                "provider_calls": usage_months.c.provider_calls + 1,
+            },
+            where=or_(
+                budget.is_(None),
+                usage_months.c.billed_characters + upsert.excluded.billed_characters <= budget,
+            ),
+        ).returning(usage_months.c.id)
+        return self.session.execute(stmt).first() is not None
+
+    def record_run_billing(self, job_id: int, attempt: int, characters: int) -> None:
+        """Add one provider call of ``characters`` to the run's share of the ledger."""
+        self.session.execute(
+            update(runs)
+            .where(runs.c.job_id == job_id, runs.c.attempt == attempt)
+            .values(
+                billed_characters=runs.c.billed_characters + characters,
+                provider_calls=runs.c.provider_calls + 1,
+            )
+        )
+
+    def usage(self, organization_id: int) -> Usage:
+        """This month's ledger of the organization (zeros before its first call)."""
+        month = self.session.execute(select(db_month())).scalar_one()
+        row = self.session.execute(
+            select(
+                organizations.c.budget_characters,
+                usage_months.c.billed_characters,
+                usage_months.c.provider_calls,
+            )
+            .select_from(
+                organizations.outerjoin(
+                    usage_months,
+                    (usage_months.c.organization_id == organizations.c.id)
+                    & (usage_months.c.month == month),
+                )
+            )
+            .where(organizations.c.id == organization_id)
+        ).one()
+        return Usage(
+            month=month,
+            billed_characters=int(row.billed_characters or 0),
+            provider_calls=int(row.provider_calls or 0),
+            budget_characters=row.budget_characters,
+        )
+
+    def set_budget(self, slug: str, characters: int | None) -> int | None:
+        """Set (or with None remove) an organization's monthly budget; its id, or None."""
+        return self.session.execute(
+            update(organizations)
+            .where(organizations.c.slug == slug)
+            .values(budget_characters=characters)
+            .returning(organizations.c.id)
+        ).scalar_one_or_none()
+
+    def reusable_fingerprints(self, fingerprints: Iterable[str]) -> set[str]:
+        """Which of these fingerprints already have finished audio (an index probe each)."""
+        wanted = sorted(set(fingerprints))
+        found: set[str] = set()
+        for chunk in _chunks(wanted):
+            found.update(
+                self.session.execute(
+                    select(items.c.fingerprint)
+                    .where(
+                        items.c.fingerprint.in_(chunk),
+                        items.c.status == ItemStatus.DONE,
+                        items.c.audio_path.is_not(None),
+                    )
+                    .distinct()
+                ).scalars()
+            )
+        return found
+
+    def referenced_keys(self, keys: Iterable[str]) -> set[str]:
+        """Which of these storage keys an item's audio or an export's archive refers to."""
+        wanted = sorted(set(keys))
+        found: set[str] = set()
+        for chunk in _chunks(wanted):
+            found.update(
+                self.session.execute(
+                    select(items.c.audio_path).where(items.c.audio_path.in_(chunk)).distinct()
+                ).scalars()
+            )
+            found.update(
+                self.session.execute(
+                    select(exports.c.file_path).where(exports.c.file_path.in_(chunk))
+                ).scalars()
+            )
+        return found
+
+    def is_referenced(self, key: str) -> bool:
+        """Whether any item still refers to a stored audio file."""
+        return (
+            self.session.execute(select(items.c.id).where(items.c.audio_path == key).limit(1))
+        ).first() is not None
