@@ -4,7 +4,9 @@ Per item: a short fenced transaction marks it GENERATING and stamps the job; the
 provider call runs with no transaction or connection held; the audio is written
 atomically under a key that carries the attempt; a second fenced transaction moves the
 item to DONE or ERROR. A fenced write that wins nothing means this run was declared
-dead or superseded: it stops at once and writes nothing more.
+dead or superseded: it stops at once and writes nothing more. Right before each provider
+call the run fences again if its last successful fence is no longer fresh (see
+``FRESH_FENCE_FRACTION``), so a process that was frozen does not pay for a call.
 """
 
 from __future__ import annotations
@@ -35,6 +37,27 @@ log = logging.getLogger(__name__)
 T = TypeVar("T")
 # How long a run waits for an unreachable database before giving up on a write.
 DB_RETRY_SECONDS = 60.0
+# A provider call is sent only within this fraction of WORKER_DEAD_SECONDS after the start
+# of the run's last successful fenced write; an older fence is renewed first (one UPDATE).
+# Why 1/4, and what it guarantees: recovery of a dead worker needs WORKER_DEAD_SECONDS
+# without a heartbeat; the heartbeat thread beats about every quarter of that (see
+# Runner.__init__) and freezes together with the process. So recovery comes at least about
+# 3/4 of WORKER_DEAD_SECONDS after a freeze begins, and a fence younger than 1/4 leaves about
+# half of WORKER_DEAD_SECONDS before anyone can take the item over: room for the request to
+# leave. After a freeze long enough for a takeover, every thread finds its fence stale (the
+# monotonic clock runs on while a process is stopped) and fences again, which fails once the
+# run was recovered: no call is sent. The clock is read BEFORE the fenced transaction starts,
+# so a commit that happened before a freeze and returned after it never looks fresh. It is a
+# fraction, not zero, so that the usual call, sent milliseconds after start_item fenced,
+# costs no extra statement.
+# The window that remains, stated honestly: a freeze that lands after this check and before
+# the request's bytes leave the socket (the Python that builds the request, well under a
+# millisecond when the GIL is free) and lasts long enough for recovery and another run's
+# takeover still sends one call per thread caught there. Only the provider could close that
+# (by refusing a stale fencing token). What the check removes is everything before it:
+# waiting for the start transaction's commit, for the GIL, for a slow database. The clock
+# does not count time a whole machine spends suspended (CLOCK_MONOTONIC).
+FRESH_FENCE_FRACTION = 0.25
 
 _RUNNERS: weakref.WeakSet[Runner] = weakref.WeakSet()
 
@@ -49,6 +72,8 @@ class _Run:
     job_id: int
     attempt: int
     voice: str = ""
+    # time.monotonic() taken just before the run's last fenced write that won (any thread).
+    fenced_at: float = float("-inf")
     fenced: threading.Event = field(default_factory=threading.Event)
     done: threading.Event = field(default_factory=threading.Event)
 
@@ -185,28 +210,44 @@ class Runner:
             except Fenced:
                 run.fenced.set()
 
+    def _fenced_tx(self, run: _Run, work: Callable[[Repository], T]) -> T:
+        """One fenced transaction (``work`` returns something falsy when fenced); when it
+        wins, remember when it started: the fence held at some moment after that."""
+        began = time.monotonic()
+        result = self._tx(work)
+        if result:
+            run.fenced_at = max(run.fenced_at, began)
+        return result
+
     def _fence(self, run: _Run) -> None:
         """Stamp progress; raise Fenced when this run may no longer write."""
         if run.fenced.is_set():
             raise Fenced()
-        if not self._tx(lambda repo: repo.stamp_job_progress(run.job_id, run.attempt)):
+        if not self._fenced_tx(run, lambda repo: repo.stamp_job_progress(run.job_id, run.attempt)):
             raise Fenced()
 
+    def _fence_before_call(self, run: _Run, attempt_number: int) -> None:
+        """Raise Fenced unless this run passed its fence recently (FRESH_FENCE_FRACTION).
+
+        A retry always fences (a backoff is long and the run may have been superseded
+        meanwhile); the first call fences only when start_item's fence is stale, e.g.
+        after the process was frozen. The loop re-checks after a slow fence: freshness
+        is counted from when the fenced write started, not from when it returned.
+        """
+        if attempt_number > 1:
+            self._fence(run)
+        fresh_seconds = self.settings.worker_dead_seconds * FRESH_FENCE_FRACTION
+        while time.monotonic() - run.fenced_at > fresh_seconds:
+            self._fence(run)
+
     def _process_item(self, run: _Run, item_id: int) -> None:
-        started = self._tx(lambda repo: repo.start_item(run.job_id, run.attempt, item_id))
+        started = self._fenced_tx(
+            run, lambda repo: repo.start_item(run.job_id, run.attempt, item_id)
+        )
         if started is None:
             # Either fenced or the item is no longer PENDING; the fence tells which.
             self._fence(run)
             return
-        first_call = True
-
-        def before_attempt(n: int) -> None:
-            # start_item already fenced the first call; later retries fence again.
-            nonlocal first_call
-            if first_call:
-                first_call = False
-                return
-            self._fence(run)
 
         try:
             audio = synthesize_with_retries(
@@ -215,7 +256,7 @@ class Runner:
                 run.voice,
                 max_attempts=self.settings.tts_max_attempts,
                 timeout_seconds=self.settings.tts_timeout_seconds,
-                before_attempt=before_attempt,
+                before_attempt=lambda n: self._fence_before_call(run, n),
                 on_result=lambda status, seconds: metrics.record_provider_call(
                     status, seconds, len(started.text)
                 ),
@@ -257,7 +298,8 @@ class Runner:
         audio_sha256: str | None = None,
         error_message: str | None = None,
     ) -> None:
-        won = self._tx(
+        won = self._fenced_tx(
+            run,
             lambda repo: repo.finish_item(
                 run.job_id,
                 run.attempt,
@@ -266,7 +308,7 @@ class Runner:
                 audio_bytes=audio_bytes,
                 audio_sha256=audio_sha256,
                 error_message=error_message,
-            )
+            ),
         )
         if not won:
             raise Fenced()

@@ -3,15 +3,20 @@
 from __future__ import annotations
 
 import threading
+import time
 from pathlib import Path
+from typing import Any
 
+import pytest
 from flask import Flask
 
 from speechbatch import create_app
+from speechbatch import runner as runner_module
 from speechbatch.app import Services
+from speechbatch.config import Settings
 from speechbatch.repository import StaleJob, UserRecord
 from speechbatch.services import get_job, start_generation
-from tests.conftest import services
+from tests.conftest import services, with_settings
 from tests.fakes import FakeProvider, fake_audio, permanent, retryable
 from tests.helpers import new_job, statuses, view, wait_for
 
@@ -159,3 +164,52 @@ def test_each_run_records_its_worker(svc: Services, admin: UserRecord) -> None:
     import socket
 
     assert job["runs"][0]["worker"] == f"{socket.gethostname()}:{os.getpid()}"
+
+
+def test_run_stalled_before_its_call_past_a_takeover_sends_nothing(
+    settings: Settings, admin: UserRecord, provider: FakeProvider, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A run that passed its fenced start and then stalled (a frozen process) while its job
+    was recovered, claimed again and finished, wakes up and pays for no call."""
+    app = create_app(with_settings(settings, worker_dead_seconds=2.0), provider=provider)
+    svc = services(app)
+    # A real takeover needs the frozen process's heartbeat to be WORKER_DEAD_SECONDS old,
+    # so the freeze lasts at least about 3/4 of it (the heartbeat beats every quarter).
+    shortest_freeze = svc.settings.worker_dead_seconds * 0.75
+    paused, release = threading.Event(), threading.Event()
+    real_call = runner_module.synthesize_with_retries
+
+    def stall_first_item(*args: Any, **kwargs: Any) -> bytes:
+        # Between start_item's fence and the fresh-fence check: exactly the zombie's window.
+        if not paused.is_set():
+            paused.set()
+            release.wait(30)
+        return real_call(*args, **kwargs)
+
+    monkeypatch.setattr(runner_module, "synthesize_with_retries", stall_first_item)
+    try:
+        job_id = new_job(svc, admin, 1)
+        start_generation(svc.uow_factory, svc.settings, svc.runner, admin, job_id)
+        assert paused.wait(10)
+        stalled_at = time.monotonic()
+        with svc.uow_factory() as uow:  # run 1 is declared dead...
+            assert uow.repo.recover_stale_job(
+                StaleJob(job_id, 1, "lease", None), lease_seconds=0,
+                worker_dead_seconds=0, message="auto-recovered: test",
+            )  # fmt: skip
+            uow.commit()
+        finished = _run(svc, admin, job_id)  # ...and run 2 claims and finishes the item
+        assert finished["status"] == "COMPLETED" and finished["attempt"] == 2
+        assert provider.calls["text 1"] == 1
+        # The test's own takeover (no heartbeat to wait for) may have been quicker.
+        time.sleep(max(0.0, stalled_at + shortest_freeze - time.monotonic()))
+        release.set()
+        wait_for(lambda: not svc.runner.live_runs())
+        assert provider.calls["text 1"] == 1  # the zombie sent nothing
+        after = view(svc, admin, job_id)
+        del after["lease"], finished["lease"]  # the live process's heartbeat moves on
+        assert after == finished  # the zombie wrote nothing either
+    finally:
+        release.set()
+        svc.runner.drain(5)
+        svc.engine.dispose()
