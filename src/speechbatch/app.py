@@ -109,6 +109,10 @@ def create_app(settings: Settings | None = None, *, provider: TTSProvider | None
 
     app.register_blueprint(exports_api.bp)
     csrf.exempt(exports_api.create_export)  # require_user checks X-CSRFToken on session writes
+    from .web import spending
+
+    app.register_blueprint(spending.bp)
+    csrf.exempt(spending.cancel)  # require_user checks X-CSRFToken on session writes
     app.register_blueprint(metrics.bp)
     errors.register(app)
     register_cli(app)

@@ -1,4 +1,4 @@
-"""Flask CLI commands: db upgrade, create-admin, create-token, recover."""
+"""Flask CLI commands: db upgrade, create-admin, create-token, recover, set-budget, gc."""
 
 from __future__ import annotations
 
@@ -11,6 +11,7 @@ import click
 from flask import Flask, current_app
 
 from . import services as svc
+from . import spending
 from .errors import SpeechbatchError
 from .migrate import upgrade
 
@@ -91,3 +92,29 @@ def register_cli(app: Flask) -> None:
         s = _services()
         count = svc.recover_all(s.uow_factory, s.settings)
         click.echo(f"recovered {count} job(s)")
+
+    @app.cli.command("set-budget")
+    @click.option("--org", required=True, help="organization slug")
+    @click.option("--characters", type=click.IntRange(min=0), help="monthly billed characters")
+    @click.option("--none", "no_budget", is_flag=True, help="remove the budget")
+    def set_budget(org: str, characters: int | None, no_budget: bool) -> None:
+        """Set an organization's monthly budget of billed characters (--none removes it)."""
+        if (characters is None) == (not no_budget):
+            raise click.UsageError("give exactly one of --characters N and --none")
+        try:
+            spending.set_budget(_services().uow_factory, org, None if no_budget else characters)
+        except SpeechbatchError as exc:
+            raise click.ClickException(exc.message) from None
+        if no_budget:
+            click.echo(f"organization {org} has no monthly budget now")
+        else:
+            click.echo(f"organization {org}: monthly budget {characters:,} characters")
+
+    @app.cli.command("gc")
+    def gc() -> None:
+        """Delete stored files nothing refers to (older than an hour), temporary ones too."""
+        s = _services()
+        deleted = spending.collect_garbage(s.uow_factory, s.storage)
+        for key in deleted:
+            click.echo(f"deleted {key}")
+        click.echo(f"deleted {len(deleted)} file(s)")

@@ -38,6 +38,9 @@ class Settings:
     storage_dir: str = str((DEFAULT_INSTANCE_DIR / "audio").resolve())
     max_content_length: int = 25 * 1024 * 1024
     export_lock_ttl_seconds: float = 60.0
+    # Price of a million billed characters, for estimates; None: characters only.
+    tts_price_per_million_characters: float | None = None
+    currency: str = "USD"
 
     @property
     def item_worst_case_seconds(self) -> float:
@@ -76,6 +79,15 @@ class Settings:
             raise ConfigError("SPEECHBATCH_ITEM_CONCURRENCY must be at least 1")
         if self.export_lock_ttl_seconds <= 0:
             raise ConfigError("SPEECHBATCH_EXPORT_LOCK_TTL_SECONDS must be positive")
+        price = self.tts_price_per_million_characters
+        if price is not None and not (0 <= price < float("inf")):
+            raise ConfigError(
+                "SPEECHBATCH_TTS_PRICE_PER_MILLION_CHARACTERS must be a non-negative number"
+            )
+        if not (self.currency.isalpha() and 1 <= len(self.currency) <= 10):
+            raise ConfigError(
+                f"SPEECHBATCH_CURRENCY must be a currency code, not {self.currency!r}"
+            )
         if self.worker_dead_seconds <= 0:
             raise ConfigError("SPEECHBATCH_WORKER_DEAD_SECONDS must be positive")
         if self.lease_seconds <= self.item_worst_case_seconds:
@@ -103,7 +115,7 @@ class Settings:
                 raise ConfigError(f"{var} must be a number, not {raw!r}") from None
 
         for name in ("database_url", "secret_key", "env", "tts_base_url", "tts_api_key",
-                     "tts_model", "storage_dir"):  # fmt: skip
+                     "tts_model", "storage_dir", "currency"):  # fmt: skip
             raw = env.get("SPEECHBATCH_" + name.upper())
             if raw:
                 values[name] = raw.strip()
@@ -114,7 +126,7 @@ class Settings:
         if voices:
             values["tts_voices"] = tuple(v.strip() for v in voices.split(",") if v.strip())
         for name in ("lease_seconds", "worker_dead_seconds", "tts_timeout_seconds",
-                     "export_lock_ttl_seconds"):  # fmt: skip
+                     "export_lock_ttl_seconds", "tts_price_per_million_characters"):  # fmt: skip
             number(name, float)
         for name in ("item_concurrency", "tts_max_attempts"):
             number(name, int)

@@ -31,8 +31,17 @@ PROVIDER_LATENCY = Histogram(
     buckets=(0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120),
 )
 BILLED_CHARACTERS = Counter(
-    "speechbatch_billed_characters_total", "Characters sent to the provider (billed)"
+    "speechbatch_billed_characters_total",
+    "Characters sent to the provider (billed), by the call's outcome",
+    ["status"],
 )
+REUSED_ITEMS = Counter(
+    "speechbatch_reused_items_total", "Items made DONE with existing audio instead of a call"
+)
+BUDGET_REFUSALS = Counter(
+    "speechbatch_budget_refusals_total", "Calls or claims the budget could not pay for", ["where"]
+)
+CANCELS = Counter("speechbatch_cancels_total", "Runs cancelled by a person")
 
 bp = Blueprint("metrics", __name__)
 
@@ -41,7 +50,7 @@ def record_provider_call(status: str, seconds: float, characters: int) -> None:
     """Count one provider call, its latency and the characters it billed."""
     PROVIDER_CALLS.labels(status=status).inc()
     PROVIDER_LATENCY.observe(seconds)
-    BILLED_CHARACTERS.inc(characters)
+    BILLED_CHARACTERS.labels(status=status).inc(characters)
 
 
 @bp.get("/metrics")

@@ -94,6 +94,9 @@ class FinishedItem:
     won: bool
     replaced_still_referenced: bool = False
 
+    def __bool__(self) -> bool:
+        return self.won
+
 
 @dataclass(frozen=True)
 class RunPlan:
@@ -101,6 +104,7 @@ class RunPlan:
 
     voice: str
     organization_id: int
+    regenerate: bool
     items: list[tuple[int, str]]
 
 
@@ -492,17 +496,24 @@ class Repository:
 
     # --- the run: fenced progress stamps ---------------------------------------------
 
-    def run_plan(self, job_id: int) -> RunPlan:
-        """The job's voice, organization, and the (id, text) of items still to send, in order."""
+    def run_plan(self, job_id: int, attempt: int) -> RunPlan:
+        """The job's voice and organization, whether the run regenerates, and the (id, text)
+        of the items still to send, in order."""
         job = self.session.execute(
-            select(jobs.c.voice, jobs.c.organization_id).where(jobs.c.id == job_id)
+            select(jobs.c.voice, jobs.c.organization_id, runs.c.kind)
+            .select_from(jobs)
+            .outerjoin(runs, and_(runs.c.job_id == jobs.c.id, runs.c.attempt == attempt))
+            .where(jobs.c.id == job_id)
         ).one()
         pending = self.session.execute(
             select(items.c.id, items.c.text)
             .where(items.c.job_id == job_id, items.c.status == ItemStatus.PENDING)
             .order_by(items.c.position)
         ).all()
-        return RunPlan(job.voice, job.organization_id, [(r.id, r.text) for r in pending])
+        regenerate = job.kind == "regenerate"
+        return RunPlan(
+            job.voice, job.organization_id, regenerate, [(r.id, r.text) for r in pending]
+        )
 
     def stamp_job_progress(self, job_id: int, attempt: int) -> bool:
         """Fence and heartbeat: stamp the job if it is still GENERATING at ``attempt``.

@@ -18,17 +18,19 @@ import threading
 import time
 import weakref
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TypeVar
 
 from sqlalchemy.exc import InterfaceError, OperationalError
 
 from . import metrics
 from .config import Settings
-from .errors import Fenced
+from .errors import BudgetExceeded, Fenced
+from .fingerprints import fingerprinter
 from .providers.base import ProviderError, TTSProvider
 from .providers.retry import synthesize_with_retries
-from .repository import Repository
+from .repositories.spending import SpendingRepository
+from .repository import FinishedItem, Repository, StartedItem
 from .storage import LocalStorage
 from .uow import UowFactory
 from .workers import WorkerIdentity
@@ -68,10 +70,22 @@ def audio_key(job_id: int, item_id: int, attempt: int, extension: str) -> str:
 
 
 @dataclass
+class _Group:
+    """Items of one run that ask the provider the same thing: sent once, then shared."""
+
+    fingerprint: str
+    items: list[tuple[int, str]]
+
+
+@dataclass
 class _Run:
     job_id: int
     attempt: int
     voice: str = ""
+    organization_id: int = 0
+    regenerate: bool = False
+    # Set (with the message) when the budget could not pay for the next call.
+    over_budget: str | None = None
     # time.monotonic() taken just before the run's last fenced write that won (any thread).
     fenced_at: float = float("-inf")
     fenced: threading.Event = field(default_factory=threading.Event)
@@ -146,12 +160,38 @@ class Runner:
         with self._lock:
             return list(self._runs)
 
+    def cancel(self, job_id: int, attempt: int) -> None:
+        """A run of this process was cancelled: its threads start nothing more, at once.
+
+        The database already fences it; this only spares the in-flight threads the
+        round trip that would tell them (no call leaves after the cancel's answer).
+        """
+        with self._lock:
+            run = self._runs.get((job_id, attempt))
+        if run is not None:
+            run.fenced.set()
+
+    def _groups(self, run: _Run, items: list[tuple[int, str]]) -> list[_Group]:
+        """The run's items grouped by fingerprint, in the order of each group's first item."""
+        fingerprint = fingerprinter(self.provider)
+        groups: dict[str, _Group] = {}
+        for item_id, text in items:
+            fp = fingerprint(run.organization_id, run.voice, text)
+            groups.setdefault(fp, _Group(fp, [])).items.append((item_id, text))
+        return list(groups.values())
+
+    def _stopping(self, run: _Run) -> bool:
+        return run.fenced.is_set() or self.draining or run.over_budget is not None
+
     def _run(self, run: _Run) -> None:
         try:
-            run.voice, item_ids = self._tx(lambda repo: repo.runnable_items(run.job_id))
-            work: queue.SimpleQueue[int] = queue.SimpleQueue()
-            for item_id in item_ids:
-                work.put(item_id)
+            plan = self._tx(lambda repo: repo.run_plan(run.job_id, run.attempt))
+            run.voice, run.organization_id = plan.voice, plan.organization_id
+            run.regenerate = plan.regenerate
+            groups = self._groups(run, plan.items)
+            work: queue.SimpleQueue[_Group] = queue.SimpleQueue()
+            for group in groups:
+                work.put(group)
             threads = [
                 threading.Thread(
                     target=self._drain_queue,
@@ -159,7 +199,7 @@ class Runner:
                     daemon=True,
                     name=f"speechbatch-job-{run.job_id}-a{run.attempt}-{n}",
                 )
-                for n in range(min(self.settings.item_concurrency, max(1, len(item_ids))))
+                for n in range(min(self.settings.item_concurrency, max(1, len(groups))))
             ]
             for t in threads:
                 t.start()
@@ -174,7 +214,11 @@ class Runner:
             elif self.draining and not work.empty():
                 self._interrupt(run)
             else:
-                status = self._tx(lambda repo: repo.finish_run(run.job_id, run.attempt))
+                status = self._tx(
+                    lambda repo: repo.finish_run(
+                        run.job_id, run.attempt, over_budget=run.over_budget
+                    )
+                )
                 if status is None:
                     metrics.FENCED.inc()
                 else:
@@ -199,16 +243,82 @@ class Runner:
             # Recovery will find it through the lease or the heartbeat.
             log.exception("could not end crashed run job=%s", run.job_id)
 
-    def _drain_queue(self, run: _Run, work: queue.SimpleQueue[int]) -> None:
-        while not run.fenced.is_set() and not self.draining:
+    def _drain_queue(self, run: _Run, work: queue.SimpleQueue[_Group]) -> None:
+        while not self._stopping(run):
             try:
-                item_id = work.get_nowait()
+                group = work.get_nowait()
             except queue.Empty:
                 return
             try:
-                self._process_item(run, item_id)
+                self._process_group(run, group)
             except Fenced:
                 run.fenced.set()
+
+    def _process_group(self, run: _Run, group: _Group) -> None:
+        """Send the group's first item; its duplicates then share that audio.
+
+        When the first fails, the next one is sent (each is a call of its own); a
+        duplicate never waits on another thread, since one thread owns the group.
+        """
+        source: int | None = None
+        for item_id, text in group.items:
+            if self._stopping(run):
+                return
+            if source is None:
+                if self._process_item(run, item_id, text, group.fingerprint):
+                    source = item_id
+                continue
+            self._reuse_duplicate(run, item_id, source, group.fingerprint)
+
+    def _reuse_duplicate(self, run: _Run, item_id: int, source: int, fingerprint: str) -> None:
+        """A duplicate of an item this run has just finished shares its audio (no call)."""
+        if self._fenced_tx(
+            run,
+            lambda repo: repo.reuse_audio_fenced(
+                run.job_id, run.attempt, item_id, source, fingerprint
+            ),
+        ):
+            self._reused(run, item_id, source)
+        else:
+            self._fence(run)
+
+    def _reused(self, run: _Run, item_id: int, source_item_id: int) -> None:
+        metrics.REUSED_ITEMS.inc()
+        log.info(
+            "audio reused job=%s attempt=%s item=%s from item=%s",
+            run.job_id, run.attempt, item_id, source_item_id,
+        )  # fmt: skip
+
+    def _bill(self, run: _Run, repo: Repository, characters: int) -> None:
+        """Reserve and record one call's characters before it is sent (same transaction).
+
+        Raises BudgetExceeded, which rolls the transaction back, when it does not fit.
+        """
+        spending = SpendingRepository(repo.session)
+        if not spending.reserve_characters(run.organization_id, characters):
+            raise BudgetExceeded()
+        spending.record_run_billing(run.job_id, run.attempt, characters)
+
+    def _over_budget(self, run: _Run, item_id: int, characters: int) -> None:
+        """Stop starting items: the organization's budget cannot pay for this call."""
+        try:
+            with self._uow_factory(read_only=True) as uow:
+                usage = SpendingRepository(uow.session).usage(run.organization_id)
+            spent = (
+                f"{usage.billed_characters:,} of {usage.budget_characters or 0:,} characters "
+                f"billed in {usage.month}, {usage.remaining_characters or 0:,} left"
+            )
+        except (OperationalError, InterfaceError):
+            spent = "the usage could not be read"
+        run.over_budget = (
+            f"over budget: {spent}; the next item needs {characters:,}. "
+            "Unsent items stay pending: raise the budget and Retry."
+        )
+        metrics.BUDGET_REFUSALS.labels(where="run").inc()
+        log.warning(
+            "budget refused a call job=%s attempt=%s item=%s characters=%s: %s",
+            run.job_id, run.attempt, item_id, characters, run.over_budget,
+        )  # fmt: skip
 
     def _fenced_tx(self, run: _Run, work: Callable[[Repository], T]) -> T:
         """One fenced transaction (``work`` returns something falsy when fenced); when it
@@ -226,7 +336,19 @@ class Runner:
         if not self._fenced_tx(run, lambda repo: repo.stamp_job_progress(run.job_id, run.attempt)):
             raise Fenced()
 
-    def _fence_before_call(self, run: _Run, attempt_number: int) -> None:
+    def _fence_and_bill(self, run: _Run, characters: int) -> None:
+        """A retry: fence and bill its characters in one transaction before it is sent."""
+
+        def work(repo: Repository) -> bool:
+            if not repo.stamp_job_progress(run.job_id, run.attempt):
+                return False
+            self._bill(run, repo, characters)
+            return True
+
+        if run.fenced.is_set() or not self._fenced_tx(run, work):
+            raise Fenced()
+
+    def _fence_before_call(self, run: _Run, attempt_number: int, characters: int) -> None:
         """Raise Fenced unless this run passed its fence recently (FRESH_FENCE_FRACTION).
 
         A retry always fences (a backoff is long and the run may have been superseded
@@ -235,58 +357,118 @@ class Runner:
         is counted from when the fenced write started, not from when it returned.
         """
         if attempt_number > 1:
-            self._fence(run)
-        fresh_seconds = self.settings.worker_dead_seconds * FRESH_FENCE_FRACTION
-        while time.monotonic() - run.fenced_at > fresh_seconds:
-            self._fence(run)
+            self._fence_and_bill(run, characters)
+        # This attempt's characters are billed from here on: a call that is not sent
+        # after all gives them back, so the ledger stays what the provider received.
+        try:
+            if run.fenced.is_set():
+                raise Fenced()
+            fresh_seconds = self.settings.worker_dead_seconds * FRESH_FENCE_FRACTION
+            while time.monotonic() - run.fenced_at > fresh_seconds:
+                self._fence(run)
+        except Fenced:
+            self._refund(run, characters)
+            raise
 
-    def _process_item(self, run: _Run, item_id: int) -> None:
-        started = self._fenced_tx(
-            run, lambda repo: repo.start_item(run.job_id, run.attempt, item_id)
-        )
+    def _refund(self, run: _Run, characters: int) -> None:
+        """Give back a reservation whose call was never sent (the run was fenced first)."""
+        try:
+            self._tx(
+                lambda repo: SpendingRepository(repo.session).refund_characters(
+                    run.organization_id, run.job_id, run.attempt, characters
+                )
+            )
+        except (OperationalError, InterfaceError):
+            # The ledger then counts one call too many: never more than the budget allows.
+            log.warning("could not refund an unsent call job=%s", run.job_id, exc_info=True)
+
+    def _process_item(self, run: _Run, item_id: int, text: str, fingerprint: str) -> bool:
+        """Reuse or send one item; whether it ended DONE with audio.
+
+        One fenced transaction starts it, looks its fingerprint up (never for a
+        regenerate) and either shares the audio found or reserves and records the
+        call's characters; the call runs with no transaction open; a second fenced
+        transaction finishes it.
+        """
+        characters = len(text)
+        lookup = None if run.regenerate else fingerprint
+
+        def start(repo: Repository) -> StartedItem | None:
+            # Answers with reusable_item_id set only when the audio was shared.
+            started = repo.start_item(run.job_id, run.attempt, item_id, reuse_fingerprint=lookup)
+            if started is None:
+                return None
+            source = started.reusable_item_id
+            if source is not None and repo.reuse_audio(run.job_id, item_id, source, fingerprint):
+                return started
+            self._bill(run, repo, characters)
+            return replace(started, reusable_item_id=None)
+
+        try:
+            started = self._fenced_tx(run, start)
+        except BudgetExceeded:
+            self._over_budget(run, item_id, characters)
+            return False
         if started is None:
             # Either fenced or the item is no longer PENDING; the fence tells which.
             self._fence(run)
-            return
-
+            return False
+        if started.reusable_item_id is not None:
+            self._reused(run, item_id, started.reusable_item_id)
+            return True
         try:
             audio = synthesize_with_retries(
                 self.provider,
-                started.text,
+                text,
                 run.voice,
                 max_attempts=self.settings.tts_max_attempts,
                 timeout_seconds=self.settings.tts_timeout_seconds,
-                before_attempt=lambda n: self._fence_before_call(run, n),
+                before_attempt=lambda n: self._fence_before_call(run, n, characters),
                 on_result=lambda status, seconds: metrics.record_provider_call(
-                    status, seconds, len(started.text)
+                    status, seconds, characters
                 ),
             )
+        except BudgetExceeded:
+            # A retry that no longer fits: the item waits, PENDING, for a raised budget.
+            self._over_budget(run, item_id, characters)
+            if not self._tx(lambda repo: repo.return_item(run.job_id, run.attempt, item_id)):
+                raise Fenced() from None
+            return False
         except ProviderError as exc:
             log.warning(
                 "provider failure job=%s attempt=%s item=%s status=%s: %s",
                 run.job_id, run.attempt, item_id, exc.status, exc.message,
             )  # fmt: skip
             self._finish(run, item_id, error_message=exc.message)
-            return
+            return False
+        if run.fenced.is_set():
+            # Cancelled (or superseded) while the call was in flight: its answer is discarded.
+            raise Fenced()
         key = audio_key(run.job_id, item_id, run.attempt, self.provider.file_extension)
         try:
             self.storage.write(key, audio)
         except OSError as exc:
             self._finish(run, item_id, error_message=f"could not store audio: {exc.strerror}")
-            return
+            return False
+        replaced = started.previous_audio_path
+        replaced = replaced if replaced != key else None
         try:
-            self._finish(
+            finished = self._finish(
                 run,
                 item_id,
                 audio_path=key,
                 audio_bytes=len(audio),
                 audio_sha256=hashlib.sha256(audio).hexdigest(),
+                fingerprint=fingerprint,
+                replaced_audio_path=replaced,
             )
         except Fenced:
             self.storage.delete(key)
             raise
-        if started.previous_audio_path and started.previous_audio_path != key:
-            self.storage.delete(started.previous_audio_path)
+        # Shared audio is deleted only when no other item refers to it any more.
+        if replaced and not finished.replaced_still_referenced:
+            self.storage.delete(replaced)
+        return True
 
     def _finish(
         self,
@@ -296,9 +478,11 @@ class Runner:
         audio_path: str | None = None,
         audio_bytes: int | None = None,
         audio_sha256: str | None = None,
+        fingerprint: str | None = None,
+        replaced_audio_path: str | None = None,
         error_message: str | None = None,
-    ) -> None:
-        won = self._fenced_tx(
+    ) -> FinishedItem:
+        finished = self._fenced_tx(
             run,
             lambda repo: repo.finish_item(
                 run.job_id,
@@ -307,11 +491,14 @@ class Runner:
                 audio_path=audio_path,
                 audio_bytes=audio_bytes,
                 audio_sha256=audio_sha256,
+                fingerprint=fingerprint,
+                replaced_audio_path=replaced_audio_path,
                 error_message=error_message,
             ),
         )
-        if not won:
+        if not finished:
             raise Fenced()
+        return finished
 
     def _interrupt(self, run: _Run) -> None:
         message = (

@@ -19,6 +19,7 @@ from .errors import AlreadyGenerating, NotFound, NothingToGenerate, ValidationEr
 from .models import JobStatus
 from .repository import UserRecord
 from .runner import Runner
+from .spending import check_budget
 from .uow import UowFactory
 
 log = logging.getLogger(__name__)
@@ -321,6 +322,7 @@ def start_generation(
     """
     # A dead run must not block the admin's retry: recover first, then claim.
     recover_stale(uow_factory, settings, organization_id=user.organization_id, job_id=job_id)
+    check_budget(uow_factory, runner.provider, user, job_id, regenerate=regenerate)
     worker_id = runner.worker_id()
     with uow_factory() as uow:
         attempt = uow.repo.claim_job(

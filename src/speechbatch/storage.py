@@ -4,8 +4,13 @@ from __future__ import annotations
 
 import os
 import tempfile
+import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import BinaryIO
+
+# Temporary files of atomic writes; a process killed mid-write leaves one behind.
+TEMP_PREFIX = ".tmp-"
 
 
 class LocalStorage:
@@ -25,7 +30,7 @@ class LocalStorage:
         """Write atomically: a reader sees the old file or the whole new one, never a part."""
         path = self.path(key)
         path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-", suffix=path.suffix)
+        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=TEMP_PREFIX, suffix=path.suffix)
         try:
             with os.fdopen(fd, "wb") as f:
                 f.write(data)
@@ -47,3 +52,13 @@ class LocalStorage:
     def delete(self, key: str) -> None:
         """Delete a file if it is there."""
         self.path(key).unlink(missing_ok=True)
+
+    def keys_older_than(self, seconds: float) -> Iterator[str]:
+        """Keys of the files last written more than ``seconds`` ago (temporary ones too)."""
+        cutoff = time.time() - seconds
+        for path in self.root.rglob("*"):
+            try:
+                if path.is_file() and path.stat().st_mtime < cutoff:
+                    yield path.relative_to(self.root).as_posix()
+            except FileNotFoundError:
+                continue  # deleted meanwhile

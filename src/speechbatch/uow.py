@@ -9,6 +9,7 @@ from typing import Any
 from sqlalchemy.orm import Session, sessionmaker
 
 from .db import READ_ONLY
+from .repositories.spending import SpendingRepository
 from .repository import Repository
 
 
@@ -16,6 +17,7 @@ class UnitOfWork:
     """A short transaction: ``with uow_factory() as uow: ...; uow.commit()``."""
 
     repo: Repository
+    spending: SpendingRepository
     session: Session
 
     def __init__(self, session_factory: sessionmaker[Any], *, read_only: bool = False) -> None:
@@ -28,6 +30,7 @@ class UnitOfWork:
             options: dict[str, Any] = {READ_ONLY: True}
             self.session.connection(execution_options=options)
         self.repo = Repository(self.session)
+        self.spending = SpendingRepository(self.session)
         return self
 
     def __exit__(

@@ -208,7 +208,13 @@ def test_run_stalled_before_its_call_past_a_takeover_sends_nothing(
         assert provider.calls["text 1"] == 1  # the zombie sent nothing
         after = view(svc, admin, job_id)
         del after["lease"], finished["lease"]  # the live process's heartbeat moves on
-        assert after == finished  # the zombie wrote nothing either
+        # Its only write: it gave back the characters reserved for the call it never sent,
+        # so the ledger stays what the provider received.
+        assert finished["runs"][0]["billed_characters"] == len("text 1")
+        assert after["runs"][0]["billed_characters"] == 0
+        for job in (after, finished):
+            del job["runs"][0]["billed_characters"], job["runs"][0]["provider_calls"]
+        assert after == finished  # the zombie wrote nothing else
     finally:
         release.set()
         svc.runner.drain(5)

@@ -9,8 +9,10 @@ import pytest
 from speechbatch import services
 from speechbatch.config import Settings
 from speechbatch.errors import AlreadyGenerating, NotFound, NothingToGenerate, ValidationError
+from speechbatch.repositories.spending import Usage
 from speechbatch.repository import StaleJob, UserRecord
 from speechbatch.services import Limits
+from tests.fakes import FakeProvider
 
 USER = UserRecord(id=1, organization_id=10, email="a@b.c", password_hash="x")
 LIMITS = Limits(voices=("alloy",), max_chars=10)
@@ -57,9 +59,17 @@ class FakeRepository:
         return True
 
 
+class FakeSpending:
+    """An organization without a budget: the claim's budget check passes."""
+
+    def usage(self, organization_id: int) -> Usage:
+        return Usage("2026-12", 0, 0, None)
+
+
 class FakeUnitOfWork:
     def __init__(self, repo: FakeRepository) -> None:
         self.repo = repo
+        self.spending = FakeSpending()
         self.committed = 0
 
     def __enter__(self) -> FakeUnitOfWork:
@@ -73,6 +83,8 @@ class FakeUnitOfWork:
 
 
 class FakeRunner:
+    provider = FakeProvider()
+
     def __init__(self) -> None:
         self.started: list[tuple[int, int]] = []
 

@@ -20,11 +20,12 @@ from sqlalchemy.sql.compiler import SQLCompiler
 from sqlalchemy.sql.expression import FunctionElement
 from sqlalchemy.types import String
 
-from ..models import Export, Item, ItemStatus, Organization, Run, UsageMonth
+from ..models import Export, Item, ItemStatus, Job, Organization, Run, UsageMonth
 
 organizations = cast(Table, Organization.__table__)
 usage_months = cast(Table, UsageMonth.__table__)
 items = cast(Table, Item.__table__)
+jobs = cast(Table, Job.__table__)
 runs = cast(Table, Run.__table__)
 exports = cast(Table, Export.__table__)
 
@@ -130,6 +131,30 @@ class SpendingRepository:
             )
         )
 
+    def refund_characters(
+        self, organization_id: int, job_id: int, attempt: int, characters: int
+    ) -> None:
+        """Take back one reserved call that was never sent (from the month and the run)."""
+        self.session.execute(
+            update(usage_months)
+            .where(
+                usage_months.c.organization_id == organization_id,
+                usage_months.c.month == db_month(),
+            )
+            .values(
+                billed_characters=usage_months.c.billed_characters - characters,
+                provider_calls=usage_months.c.provider_calls - 1,
+            )
+        )
+        self.session.execute(
+            update(runs)
+            .where(runs.c.job_id == job_id, runs.c.attempt == attempt)
+            .values(
+                billed_characters=runs.c.billed_characters - characters,
+                provider_calls=runs.c.provider_calls - 1,
+            )
+        )
+
     def usage(self, organization_id: int) -> Usage:
         """This month's ledger of the organization (zeros before its first call)."""
         month = self.session.execute(select(db_month())).scalar_one()
@@ -163,6 +188,22 @@ class SpendingRepository:
             .values(budget_characters=characters)
             .returning(organizations.c.id)
         ).scalar_one_or_none()
+
+    def job_items(self, job_id: int, organization_id: int) -> tuple[str, list[Any]] | None:
+        """A job's voice and its items' (status, text), in order; None when not the org's."""
+        voice = self.session.execute(
+            select(jobs.c.voice).where(
+                jobs.c.id == job_id, jobs.c.organization_id == organization_id
+            )
+        ).scalar_one_or_none()
+        if voice is None:
+            return None
+        rows = self.session.execute(
+            select(items.c.status, items.c.text)
+            .where(items.c.job_id == job_id)
+            .order_by(items.c.position)
+        ).all()
+        return voice, list(rows)
 
     def reusable_fingerprints(self, fingerprints: Iterable[str]) -> set[str]:
         """Which of these fingerprints already have finished audio (an index probe each)."""

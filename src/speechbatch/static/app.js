@@ -106,6 +106,11 @@
     generate.disabled = !(job.status === "PENDING" || (job.status === "FAILED" && p.done < p.total));
     document.getElementById("btn-regenerate").disabled =
       !(job.status === "COMPLETED" || job.status === "FAILED");
+    // Spending: Cancel works only on a live run; estimates are for the page as loaded.
+    var cancel = document.getElementById("btn-cancel");
+    if (cancel) cancel.disabled = job.status !== "GENERATING";
+    var estimates = document.getElementById("estimates");
+    if (estimates && job.status === "GENERATING") estimates.hidden = true;
   }
 
   function renderItem(row, item) {
@@ -146,6 +151,12 @@
     });
   }
 
+  function billed(run) {
+    var calls = run.provider_calls || 0;
+    return (run.billed_characters || 0).toLocaleString("en-US") + " chars · " + calls +
+      (calls === 1 ? " call" : " calls");
+  }
+
   function renderRuns(job) {
     var body = document.querySelector("#runs tbody");
     if (!job.runs.length) return;
@@ -157,11 +168,15 @@
         el("td", "", run.started_by || ""),
         el("td", "mono", run.worker || ""),
         el("td"),
+        el("td", "nowrap", billed(run)),
         el("td", "", when(run.started_at)),
         el("td", "", when(run.finished_at)),
         el("td", "", run.error_message || "")
       );
       tr.children[4].append(badge(run.outcome));
+      if (run.cancelled_by) {
+        tr.children[4].append(el("br"), el("small", "muted", "by " + run.cancelled_by));
+      }
       return tr;
     });
     body.replaceChildren.apply(body, rows);

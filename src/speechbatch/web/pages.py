@@ -113,6 +113,14 @@ def recovery_notice(job: dict[str, Any]) -> dict[str, str] | None:
             f"Run {last['attempt']} was interrupted because its server was shut down "
             "(for example during a deploy)."
         )
+    elif last["outcome"] == RunOutcome.CANCELLED:
+        who = f" by {last['cancelled_by']}" if last.get("cancelled_by") else ""
+        what = f"Run {last['attempt']} was cancelled{who}; items in flight went back to pending."
+    elif last["outcome"] == RunOutcome.OVER_BUDGET:
+        what = (
+            f"Run {last['attempt']} stopped because the organization's monthly budget ran out "
+            f"({last['error_message']}). Raise the budget (set-budget) before retrying."
+        )
     else:
         return None
     if progress["done"] < progress["total"]:
@@ -122,7 +130,17 @@ def recovery_notice(job: dict[str, Any]) -> dict[str, str] | None:
         )
     else:
         advice = "Every item was already finished, so there is nothing to retry."
-    return {"kind": last["outcome"].lower(), "text": f"{what} {finished} {advice}"}
+    titles = {
+        RunOutcome.RECOVERED: "Auto-recovered.",
+        RunOutcome.INTERRUPTED: "Interrupted.",
+        RunOutcome.CANCELLED: "Cancelled.",
+        RunOutcome.OVER_BUDGET: "Over budget.",
+    }
+    return {
+        "kind": last["outcome"].lower(),
+        "title": titles[last["outcome"]],
+        "text": f"{what} {finished} {advice}",
+    }
 
 
 # --- sign in and out ------------------------------------------------------------------
@@ -266,9 +284,12 @@ def job(job_id: int) -> PageResponse:
     """One job: items with players, live progress, run history and the buttons."""
     s = services()
     view = svc.get_job(s.uow_factory, s.settings, current(), job_id)
+    from .spending import job_estimates
+
     return render_template(
         "job.html",
         job=view,
+        estimates=job_estimates(view),
         can=actions(view),
         notice=recovery_notice(view),
         percent=percent,
