@@ -103,6 +103,14 @@ class Job(Base):
     updated_at: Mapped[datetime] = mapped_column(UTCDateTime(), server_default=db_now())
     started_at: Mapped[datetime | None] = mapped_column(UTCDateTime())
     finished_at: Mapped[datetime | None] = mapped_column(UTCDateTime())
+    # Progress counters, kept by the same fenced statements that move the items, so
+    # that summaries never count items. Their sum is the number of items.
+    items_pending: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
+    items_generating: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
+    items_done: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
+    items_error: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
+    # Bumped by every write that changes what the job's API answers show: the ETag.
+    version: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
 
 
 class Item(Base):

@@ -26,9 +26,9 @@ from .config import Settings
 from .errors import Fenced
 from .providers.base import ProviderError, TTSProvider
 from .providers.retry import synthesize_with_retries
-from .repository import Repository
+from .repositories import Runs
 from .storage import LocalStorage
-from .uow import UowFactory
+from .uow import SessionUowFactory
 from .workers import WorkerIdentity
 
 log = logging.getLogger(__name__)
@@ -58,7 +58,7 @@ class Runner:
 
     def __init__(
         self,
-        uow_factory: UowFactory,
+        uow_factory: SessionUowFactory,
         provider: TTSProvider,
         storage: LocalStorage,
         settings: Settings,
@@ -75,7 +75,7 @@ class Runner:
         self._draining = threading.Event()
         _RUNNERS.add(self)
 
-    def _tx(self, work: Callable[[Repository], T]) -> T:
+    def _tx(self, work: Callable[[Runs], T]) -> T:
         """Run one short transaction, retrying while the database is unreachable.
 
         A paid-for result must survive a database restart, so a run waits for the
@@ -88,7 +88,7 @@ class Runner:
         while True:
             try:
                 with self._uow_factory() as uow:
-                    result = work(uow.repo)
+                    result = work(uow.runs)
                     uow.commit()
                     return result
             except (OperationalError, InterfaceError) as exc:

@@ -14,7 +14,7 @@ from werkzeug.test import TestResponse
 
 from speechbatch.app import Services
 from speechbatch.models import Item
-from speechbatch.repository import UserRecord
+from speechbatch.repositories import UserRecord
 from speechbatch.services import create_admin, get_job
 from tests.fakes import FakeProvider
 from tests.helpers import ago, claim, new_job, set_items, set_job, view, wait_for
@@ -54,7 +54,7 @@ def text_of(response: TestResponse) -> str:
 def job_count(svc: Services, admin: UserRecord) -> int:
     """How many jobs the admin's organization has."""
     with svc.uow_factory() as uow:
-        return uow.repo.count_jobs(admin.organization_id)
+        return uow.views.jobs_stamp(admin.organization_id, status=None).total
 
 
 # --- sign in and out ------------------------------------------------------------------

@@ -9,7 +9,7 @@ from flask import Flask
 
 from speechbatch import create_app
 from speechbatch.app import Services
-from speechbatch.repository import StaleJob, UserRecord
+from speechbatch.repositories import StaleJob, UserRecord
 from speechbatch.services import get_job, start_generation
 from tests.conftest import services
 from tests.fakes import FakeProvider, fake_audio, permanent, retryable
@@ -38,7 +38,7 @@ def test_run_completes_every_item_with_audio(
     assert job["finished_at"] is not None
     for item in job["items"]:
         with svc.uow_factory() as uow:
-            key = uow.repo.item_audio(job_id, item["id"], admin.organization_id)
+            key = uow.views.item_audio(job_id, item["id"], admin.organization_id)
         assert key is not None and "-a1." in key  # the path carries the attempt
         assert svc.storage.path(key).read_bytes() == fake_audio(item["text"])
     assert all(n == 1 for n in provider.calls.values())
@@ -96,13 +96,13 @@ def test_fenced_run_cannot_write_after_recovery_and_reclaim(
     start_generation(svc.uow_factory, svc.settings, svc.runner, admin, job_id)
     wait_for(lambda: provider.in_flight == svc.settings.item_concurrency)
     with svc.uow_factory() as uow:  # declare run 1 dead
-        assert uow.repo.recover_stale_job(
+        assert uow.recovery.recover_stale_job(
             StaleJob(job_id, 1, "lease", None), lease_seconds=0,
             worker_dead_seconds=0, message="auto-recovered: test",
         )  # fmt: skip
         uow.commit()
     with svc.uow_factory() as uow:  # a new run (played by the test) claims it
-        assert uow.repo.claim_job(
+        assert uow.jobs.claim_job(
             job_id, admin.organization_id, regenerate=False, user_id=None, worker_id=None
         ) == 2  # fmt: skip
         uow.commit()
@@ -111,7 +111,8 @@ def test_fenced_run_cannot_write_after_recovery_and_reclaim(
     wait_for(lambda: not svc.runner.live_runs())
     after = view(svc, admin, job_id)
     assert after == before
-    assert statuses(after) == ["PENDING"] * 8
+    in_flight = svc.settings.item_concurrency
+    assert statuses(after) == ["ERROR"] * in_flight + ["PENDING"] * (8 - in_flight)
     assert after["runs"][0]["outcome"] == "RECOVERED"
     assert after["runs"][1]["outcome"] == "RUNNING"
     # It made only the calls already in flight, and left no audio behind.
