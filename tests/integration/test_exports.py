@@ -30,7 +30,7 @@ from speechbatch.db import ago
 from speechbatch.exports import JOB_TYPE, RECOVERED_MESSAGE, wait_for_exports
 from speechbatch.locks import ExportRepository, LockRepository, exports, job_locks
 from speechbatch.models import Item
-from speechbatch.repository import UserRecord
+from speechbatch.repositories import UserRecord
 from speechbatch.services import create_admin, create_token
 from speechbatch.storage import LocalStorage
 from tests.conftest import with_settings
@@ -192,7 +192,7 @@ def test_export_end_to_end_through_the_api(
 
 def _org(svc: Services) -> int:
     with svc.uow_factory() as uow:
-        user = uow.repo.get_user_by_email("admin@acme.test")
+        user = uow.users.get_user_by_email("admin@acme.test")
     assert user is not None
     return user.organization_id
 

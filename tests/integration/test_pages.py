@@ -14,7 +14,7 @@ from werkzeug.test import TestResponse
 
 from speechbatch.app import Services
 from speechbatch.models import Item
-from speechbatch.repository import UserRecord
+from speechbatch.repositories import UserRecord
 from speechbatch.services import create_admin, get_job
 from tests.fakes import FakeProvider
 from tests.helpers import ago, claim, new_job, set_items, set_job, view, wait_for
@@ -54,7 +54,7 @@ def text_of(response: TestResponse) -> str:
 def job_count(svc: Services, admin: UserRecord) -> int:
     """How many jobs the admin's organization has."""
     with svc.uow_factory() as uow:
-        return uow.repo.count_jobs(admin.organization_id)
+        return uow.views.jobs_stamp(admin.organization_id, status=None).total
 
 
 # --- sign in and out ------------------------------------------------------------------
@@ -412,7 +412,7 @@ def test_interrupted_run_shows_a_banner(
     job_id = new_job(svc, admin, n=2)
     claim(svc, admin, job_id)
     with svc.uow_factory() as uow:
-        assert uow.repo.interrupt_run(job_id, 1, "interrupted: the server stopped")
+        assert uow.runs.interrupt_run(job_id, 1, "interrupted: the server stopped")
         uow.commit()
     page = text_of(client.get(f"/jobs/{job_id}"))
     assert 'class="banner banner-interrupted"' in page
@@ -425,7 +425,7 @@ def test_other_organizations_job_is_not_found(
     client, token = browser
     create_admin(svc.uow_factory, "globex", "boss@globex.test", PASSWORD)
     with svc.uow_factory() as uow:
-        other = uow.repo.get_user_by_email("boss@globex.test")
+        other = uow.users.get_user_by_email("boss@globex.test")
     assert other is not None
     job_id = new_job(svc, other, title="secret plans")
     response = client.get(f"/jobs/{job_id}")

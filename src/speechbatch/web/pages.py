@@ -23,7 +23,7 @@ from werkzeug.wrappers import Response
 from .. import services as svc
 from ..errors import Conflict, ValidationError
 from ..models import JobStatus, RunOutcome
-from ..repository import UserRecord
+from ..repositories import UserRecord
 from .context import services, session_user
 
 bp = Blueprint("pages", __name__)
