@@ -439,20 +439,47 @@ def _document(answer: Conditional) -> dict[str, Any]:
     return result
 
 
+def _scope(uow_factory: UowFactory, reads: ReadScope | None) -> ReadScope:
+    """The caller's read transaction, or a new one (closed by the caller's ``with``)."""
+    return reads if reads is not None else ReadScope(uow_factory)
+
+
 def get_job(
-    uow_factory: UowFactory, settings: Settings, user: UserRecord, job_id: int
+    uow_factory: UowFactory,
+    settings: Settings,
+    user: UserRecord,
+    job_id: int,
+    *,
+    reads: ReadScope | None = None,
 ) -> dict[str, Any]:
-    """One job with its items and runs, after lease-expiry recovery (pages, 201 answers)."""
-    with ReadScope(uow_factory) as reads:
-        return _document(read_job(reads, uow_factory, settings, user, job_id))
+    """One job with its items and runs, after lease-expiry recovery (pages, 201 answers).
+
+    Pass the request's ``reads`` to share its read transaction."""
+    scope = _scope(uow_factory, reads)
+    try:
+        return _document(read_job(scope, uow_factory, settings, user, job_id))
+    finally:
+        if reads is None:
+            scope.close()
 
 
 def get_job_summary(
-    uow_factory: UowFactory, settings: Settings, user: UserRecord, job_id: int
+    uow_factory: UowFactory,
+    settings: Settings,
+    user: UserRecord,
+    job_id: int,
+    *,
+    reads: ReadScope | None = None,
 ) -> dict[str, Any]:
-    """One job without its items (with runs and lease), after recovery: ``?items=none``."""
-    with ReadScope(uow_factory) as reads:
-        return _document(read_job(reads, uow_factory, settings, user, job_id, with_items=False))
+    """One job without its items (with progress, runs and lease), after recovery: what
+    ``GET /api/jobs/ID?items=none`` answers."""
+    scope = _scope(uow_factory, reads)
+    try:
+        answer = read_job(scope, uow_factory, settings, user, job_id, with_items=False)
+        return _document(answer)
+    finally:
+        if reads is None:
+            scope.close()
 
 
 def get_items_page(
@@ -464,13 +491,19 @@ def get_items_page(
     status: str | None = None,
     offset: int = 0,
     limit: int = DEFAULT_ITEMS_PAGE,
+    reads: ReadScope | None = None,
 ) -> dict[str, Any]:
-    """A page of a job's items: ``{"items": [...], "total": int}``, after recovery."""
-    with ReadScope(uow_factory) as reads:
+    """A page of a job's items: ``{"items": [...], "total": int}``, after recovery; what
+    ``GET /api/jobs/ID/items`` answers."""
+    scope = _scope(uow_factory, reads)
+    try:
         answer = read_job_items(
-            reads, uow_factory, settings, user, job_id, status=status, offset=offset, limit=limit
+            scope, uow_factory, settings, user, job_id, status=status, offset=offset, limit=limit
         )
         return _document(answer)
+    finally:
+        if reads is None:
+            scope.close()
 
 
 def list_jobs(
@@ -481,14 +514,19 @@ def list_jobs(
     status: str | None = None,
     page: int = 1,
     per_page: int | None = None,
+    reads: ReadScope | None = None,
 ) -> tuple[list[dict[str, Any]], int]:
     """An organization's job summaries, newest first, after recovery; and the total."""
-    with ReadScope(uow_factory) as reads:
+    scope = _scope(uow_factory, reads)
+    try:
         answer = _document(
             read_jobs(
-                reads, uow_factory, settings, user, status=status, page=page, per_page=per_page
+                scope, uow_factory, settings, user, status=status, page=page, per_page=per_page
             )
         )
+    finally:
+        if reads is None:
+            scope.close()
     return answer["jobs"], answer["total"]
 
 
