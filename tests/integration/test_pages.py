@@ -380,6 +380,8 @@ def test_job_page_past_the_last_page_links_to_the_first(
     assert item_rows(page) == []
     assert f'No items on this page. <a href="/jobs/{job_id}">Go to the first page</a>' in page
     assert client.get(f"/jobs/{job_id}?page=nonsense").status_code == 200
+    assert client.get(f"/jobs/{job_id}?page=99999999999999999999").status_code == 200
+    assert client.get("/?page=99999999999999999999").status_code == 200
 
 
 def test_job_page_polls_the_summary_and_its_own_page_of_items(

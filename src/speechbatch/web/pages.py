@@ -24,7 +24,7 @@ from .. import services as svc
 from ..errors import Conflict, ValidationError
 from ..models import ItemStatus, JobStatus, RunOutcome
 from ..repositories import UserRecord
-from .context import services, session_user
+from .context import reads, services, session_user
 
 bp = Blueprint("pages", __name__)
 
@@ -165,9 +165,13 @@ def logout() -> Response:
 # --- jobs -----------------------------------------------------------------------------
 
 
+# Far past any real page, and small enough that page x per-page fits a database integer.
+MAX_PAGE_ARG = 1_000_000
+
+
 def _int_arg(name: str, default: int) -> int:
     try:
-        return max(1, int(request.args.get(name, default)))
+        return min(MAX_PAGE_ARG, max(1, int(request.args.get(name, default))))
     except ValueError:
         return default
 
@@ -190,8 +194,9 @@ def index() -> PageResponse:
     status = _status_arg(STATUSES)
     page = _int_arg("page", 1)
     jobs, total = svc.list_jobs(
-        s.uow_factory, s.settings, current(), status=status, page=page, per_page=PER_PAGE
-    )
+        s.uow_factory, s.settings, current(),
+        status=status, page=page, per_page=PER_PAGE, reads=reads(),
+    )  # fmt: skip
     return render_template(
         "jobs.html",
         jobs=jobs,
@@ -281,10 +286,11 @@ def job(job_id: int) -> PageResponse:
     page = _int_arg("page", 1)
     # The summary and the one page of items on screen: never the whole job, so the page
     # costs the same for 10 or 5,000 items (static/app.js then polls the same two reads).
-    view = svc.get_job_summary(s.uow_factory, s.settings, current(), job_id)
+    # One read transaction (the session's user lookup's) for both.
+    view = svc.get_job_summary(s.uow_factory, s.settings, current(), job_id, reads=reads())
     items = svc.get_items_page(
         s.uow_factory, s.settings, current(), job_id,
-        status=status, offset=(page - 1) * ITEMS_PER_PAGE, limit=ITEMS_PER_PAGE,
+        status=status, offset=(page - 1) * ITEMS_PER_PAGE, limit=ITEMS_PER_PAGE, reads=reads(),
     )  # fmt: skip
     items.update(
         page=page,
