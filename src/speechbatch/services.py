@@ -588,10 +588,21 @@ def _claimed_view(
     return result
 
 
-def item_audio_key(uow_factory: UowFactory, user: UserRecord, job_id: int, item_id: int) -> str:
+def item_audio_key(
+    uow_factory: UowFactory,
+    user: UserRecord,
+    job_id: int,
+    item_id: int,
+    *,
+    reads: ReadScope | None = None,
+) -> str:
     """The storage key of an item's audio; NotFound when it has none or is not yours."""
-    with uow_factory(read_only=True) as uow:
-        key = uow.views.item_audio(job_id, item_id, user.organization_id)
+    scope = _scope(uow_factory, reads)
+    try:
+        key = scope.reader().views.item_audio(job_id, item_id, user.organization_id)
+    finally:
+        if reads is None:
+            scope.close()
     if key is None:
         raise NotFound("no audio for this item")
     return key
