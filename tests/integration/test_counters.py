@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import threading
 from typing import Any
 
 from sqlalchemy import update
@@ -163,4 +164,21 @@ def test_a_retry_restarts_error_items_without_resetting_them_at_the_claim(
     assert counters(svc, job_id)["ERROR"] == 1  # untouched by the claim
     assert _start(svc, job_id, 2, _item_ids(svc, admin, job_id)[0])
     assert counters(svc, job_id) == {"PENDING": 0, "GENERATING": 1, "DONE": 1, "ERROR": 0}
+    assert_counters_match(svc, job_id)
+
+
+def test_counters_match_after_a_graceful_stop_that_cut_calls_off(
+    svc: Services, admin: UserRecord, provider: FakeProvider
+) -> None:
+    job_id = new_job(svc, admin, 8)
+    provider.gate = threading.Event()
+    start_generation(svc.uow_factory, svc.settings, svc.runner, admin, job_id)
+    wait_for(lambda: provider.in_flight == svc.settings.item_concurrency)
+    svc.runner.drain(timeout=0.2)  # SIGTERM; the calls are still in flight past the grace
+    job = get_job(svc.uow_factory, svc.settings, admin, job_id)
+    assert job["runs"][-1]["outcome"] == "INTERRUPTED"
+    assert job["progress"]["error"] == svc.settings.item_concurrency
+    assert_counters_match(svc, job_id)
+    provider.gate.set()  # their answers come back to a fenced run
+    wait_for(lambda: not svc.runner.live_runs())
     assert_counters_match(svc, job_id)
