@@ -354,6 +354,10 @@ DEFAULT_ITEMS_PAGE = 100
 DEFAULT_JOBS_PAGE = 50
 
 
+# Beyond any real number of rows, and within the databases' 64-bit OFFSET.
+MAX_OFFSET = 2**53
+
+
 def _bounded(name: str, value: int | None, default: int, low: int, high: int | None) -> int:
     """A paging parameter within bounds; ValidationError naming it otherwise."""
     if value is None:
@@ -386,7 +390,9 @@ def read_job_items(
     etag = head.etag(f"-i{status or ''}-{offset}-{limit}")
     if if_none_match(etag):
         return Conditional(etag, None)
-    page = reads.reader().views.items_json(head.id, status=status, offset=offset, limit=limit)
+    page = reads.reader().views.items_json(
+        head.id, status=status, offset=min(offset, MAX_OFFSET), limit=limit
+    )
     total = head.total if status is None else head.counts[status]
     return Conditional(etag, f'{{"items": {page}, "total": {total}}}')
 
@@ -427,7 +433,10 @@ def read_jobs(
     if if_none_match(etag):
         return Conditional(etag, None)
     jobs = reader.views.jobs_json(
-        user.organization_id, status=status, offset=(page - 1) * per_page, limit=per_page
+        user.organization_id,
+        status=status,
+        offset=min((page - 1) * per_page, MAX_OFFSET),
+        limit=per_page,
     )
     body = f'{{"jobs": {jobs}, "total": {stamp.total}, "page": {page}, "per_page": {per_page}}}'
     return Conditional(etag, body)

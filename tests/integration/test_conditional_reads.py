@@ -180,3 +180,15 @@ def test_the_items_of_another_organizations_job_are_404(
 ) -> None:
     job_id = new_job(svc, admin)
     assert _get(client, f"/api/jobs/{job_id + 1}/items", auth).status_code == 404
+
+
+def test_a_page_far_beyond_the_end_is_empty_not_an_error(
+    client: FlaskClient, svc: Services, admin: UserRecord, auth: dict[str, str]
+) -> None:
+    job_id = new_job(svc, admin)
+    huge = 10**30
+    jobs = _get(client, f"/api/jobs?page={huge}", auth)
+    items = _get(client, f"/api/jobs/{job_id}/items?offset={huge}", auth)
+    assert (jobs.status_code, items.status_code) == (200, 200)
+    assert jobs.get_json()["jobs"] == [] and jobs.get_json()["total"] == 1
+    assert items.get_json() == {"items": [], "total": 3}
