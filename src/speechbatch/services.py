@@ -18,7 +18,7 @@ from . import metrics
 from .config import Settings
 from .errors import AlreadyGenerating, NotFound, NothingToGenerate, ValidationError
 from .models import JobStatus
-from .read import ITEM_STATUSES, JOB_STATUSES, JobHead
+from .read import ITEM_STATUSES, JOB_STATUSES, JobHead, Views
 from .repositories import UserRecord
 from .uow import ReadScope, UowFactory, WriteUnit
 
@@ -320,7 +320,7 @@ def lease_of(head: JobHead, settings: Settings) -> dict[str, Any]:
     return lease
 
 
-def _job_document(views: Any, head: JobHead, settings: Settings, *, with_items: bool) -> str:
+def _job_document(views: Views, head: JobHead, settings: Settings, *, with_items: bool) -> str:
     """The job's JSON (built by the database) with the lease spliced in."""
     document = views.job_json(head.id, with_items=with_items)
     return f'{document[:-1]}, "lease": {json.dumps(lease_of(head, settings))}}}'
