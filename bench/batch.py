@@ -54,7 +54,7 @@ def run_backend(backend: str, args: argparse.Namespace) -> dict[str, Any]:
         try:
             svc.create_admin(services.uow_factory, "bench", "bench@bench.test", "password-1")
             with services.uow_factory() as uow:
-                user = uow.repo.get_user_by_email("bench@bench.test")
+                user = uow.users.get_user_by_email("bench@bench.test")
             assert user is not None
             services.runner.worker_id()  # register the worker outside the timed part
             texts = [f"item number {i}" for i in range(args.items)]

@@ -86,6 +86,11 @@ def main() -> None:
             for name, (url, _, _) in found.items()
             if name.startswith(("full", "summary"))
         }
+        # What the job page reads per poll of a 5,000-item job: its summary and one page
+        # of 100 items (absent before GET /api/jobs/ID/items existed).
+        page = app.api.request("GET", f"/api/jobs/{job_ids[5000]}/items?offset=0&limit=100")
+        if page.status_code == 200:
+            results["response_bytes"]["items page of 100, 5000"] = len(page.content)
         results["expected_status"] = {name: t[2] for name, t in found.items()}
         for url, headers, _ in found.values():  # warm up every endpoint
             wrk(url, 1, args.connections, headers)

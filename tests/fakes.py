@@ -83,6 +83,7 @@ class FakeRepository:
         self.stale: list[StaleJob] = []
         self.recovered: list[StaleJob] = []
         self.users: dict[int, UserRecord] = {}
+        self.documents_built = 0  # job, items and list documents answered
 
     # Jobs
     def create_job(
@@ -166,6 +167,7 @@ class FakeRepository:
         )  # fmt: skip
 
     def job_json(self, job_id: int, *, with_items: bool) -> str:
+        self.documents_built += 1
         job = self.jobs[job_id]
         document = {"id": job_id, "status": "PENDING", "title": job["title"], "runs": []}
         if with_items:
@@ -173,6 +175,7 @@ class FakeRepository:
         return json.dumps(document)
 
     def items_json(self, job_id: int, *, status: str | None, offset: int, limit: int) -> str:
+        self.documents_built += 1
         texts = self.jobs[job_id]["texts"][offset : offset + limit]
         return json.dumps([{"text": t} for t in texts])
 
@@ -183,6 +186,7 @@ class FakeRepository:
     def jobs_json(
         self, organization_id: int, *, status: str | None, offset: int, limit: int
     ) -> str:
+        self.documents_built += 1
         ids = sorted((i for i, j in self.jobs.items() if j["org"] == organization_id), reverse=True)
         return json.dumps([{"id": i} for i in ids[offset : offset + limit]])
 

@@ -133,7 +133,7 @@ def start_export(
 def get_export(uow_factory: UowFactory, user: UserRecord, export_id: int) -> dict[str, Any]:
     """One export of the user's organization, after lease-expiry recovery."""
     recover_exports(uow_factory, user.organization_id, export_id=export_id)
-    with uow_factory() as uow:
+    with uow_factory(read_only=True) as uow:
         record = uow.exports.get_export(export_id, user.organization_id)
     if record is None:
         raise NotFound("export not found")
@@ -143,7 +143,7 @@ def get_export(uow_factory: UowFactory, user: UserRecord, export_id: int) -> dic
 def list_exports(uow_factory: UowFactory, user: UserRecord) -> list[dict[str, Any]]:
     """The organization's recent exports, newest first, after recovery."""
     recover_exports(uow_factory, user.organization_id)
-    with uow_factory() as uow:
+    with uow_factory(read_only=True) as uow:
         records = uow.exports.list_exports(user.organization_id)
     return [export_view(r) for r in records]
 
@@ -151,7 +151,7 @@ def list_exports(uow_factory: UowFactory, user: UserRecord) -> list[dict[str, An
 def export_download_key(uow_factory: UowFactory, user: UserRecord, export_id: int) -> str:
     """The storage key of a COMPLETED export's archive; NotFound otherwise."""
     recover_exports(uow_factory, user.organization_id, export_id=export_id)
-    with uow_factory() as uow:
+    with uow_factory(read_only=True) as uow:
         record = uow.exports.get_export(export_id, user.organization_id)
     if record is None or record.status != ExportStatus.COMPLETED or not record.file_path:
         raise NotFound("no archive for this export (yet)")
@@ -210,7 +210,7 @@ class ExportBuilder:
 
     def _build(self) -> None:
         task = self.task
-        with self._uow_factory() as uow:
+        with self._uow_factory(read_only=True) as uow:
             audio = uow.exports.done_audio(task.organization_id)
         key = export_key(task.organization_id, task.export_id)
         final = self._storage.path(key)

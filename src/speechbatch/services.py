@@ -19,7 +19,7 @@ from .config import Settings
 from .errors import AlreadyGenerating, NotFound, NothingToGenerate, ValidationError
 from .models import JobStatus
 from .providers.base import TTSProvider
-from .read import ITEM_STATUSES, JOB_STATUSES, JobHead
+from .read import ITEM_STATUSES, JOB_STATUSES, JobHead, Views
 from .repositories import UserRecord
 from .spending import check_budget
 from .uow import ReadScope, UowFactory, WriteUnit
@@ -325,7 +325,7 @@ def lease_of(head: JobHead, settings: Settings) -> dict[str, Any]:
     return lease
 
 
-def _job_document(views: Any, head: JobHead, settings: Settings, *, with_items: bool) -> str:
+def _job_document(views: Views, head: JobHead, settings: Settings, *, with_items: bool) -> str:
     """The job's JSON (built by the database) with the lease spliced in."""
     document = views.job_json(head.id, with_items=with_items)
     return f'{document[:-1]}, "lease": {json.dumps(lease_of(head, settings))}}}'
@@ -357,6 +357,10 @@ def read_job(
 MAX_ITEMS_PAGE = 1000
 DEFAULT_ITEMS_PAGE = 100
 DEFAULT_JOBS_PAGE = 50
+
+
+# Beyond any real number of rows, and within the databases' 64-bit OFFSET.
+MAX_OFFSET = 2**53
 
 
 def _bounded(name: str, value: int | None, default: int, low: int, high: int | None) -> int:
@@ -391,7 +395,9 @@ def read_job_items(
     etag = head.etag(f"-i{status or ''}-{offset}-{limit}")
     if if_none_match(etag):
         return Conditional(etag, None)
-    page = reads.reader().views.items_json(head.id, status=status, offset=offset, limit=limit)
+    page = reads.reader().views.items_json(
+        head.id, status=status, offset=min(offset, MAX_OFFSET), limit=limit
+    )
     total = head.total if status is None else head.counts[status]
     return Conditional(etag, f'{{"items": {page}, "total": {total}}}')
 
@@ -432,7 +438,10 @@ def read_jobs(
     if if_none_match(etag):
         return Conditional(etag, None)
     jobs = reader.views.jobs_json(
-        user.organization_id, status=status, offset=(page - 1) * per_page, limit=per_page
+        user.organization_id,
+        status=status,
+        offset=min((page - 1) * per_page, MAX_OFFSET),
+        limit=per_page,
     )
     body = f'{{"jobs": {jobs}, "total": {stamp.total}, "page": {page}, "per_page": {per_page}}}'
     return Conditional(etag, body)
@@ -444,20 +453,47 @@ def _document(answer: Conditional) -> dict[str, Any]:
     return result
 
 
+def _scope(uow_factory: UowFactory, reads: ReadScope | None) -> ReadScope:
+    """The caller's read transaction, or a new one (closed by the caller's ``with``)."""
+    return reads if reads is not None else ReadScope(uow_factory)
+
+
 def get_job(
-    uow_factory: UowFactory, settings: Settings, user: UserRecord, job_id: int
+    uow_factory: UowFactory,
+    settings: Settings,
+    user: UserRecord,
+    job_id: int,
+    *,
+    reads: ReadScope | None = None,
 ) -> dict[str, Any]:
-    """One job with its items and runs, after lease-expiry recovery (pages, 201 answers)."""
-    with ReadScope(uow_factory) as reads:
-        return _document(read_job(reads, uow_factory, settings, user, job_id))
+    """One job with its items and runs, after lease-expiry recovery (pages, 201 answers).
+
+    Pass the request's ``reads`` to share its read transaction."""
+    scope = _scope(uow_factory, reads)
+    try:
+        return _document(read_job(scope, uow_factory, settings, user, job_id))
+    finally:
+        if reads is None:
+            scope.close()
 
 
 def get_job_summary(
-    uow_factory: UowFactory, settings: Settings, user: UserRecord, job_id: int
+    uow_factory: UowFactory,
+    settings: Settings,
+    user: UserRecord,
+    job_id: int,
+    *,
+    reads: ReadScope | None = None,
 ) -> dict[str, Any]:
-    """One job without its items (with runs and lease), after recovery: ``?items=none``."""
-    with ReadScope(uow_factory) as reads:
-        return _document(read_job(reads, uow_factory, settings, user, job_id, with_items=False))
+    """One job without its items (with progress, runs and lease), after recovery: what
+    ``GET /api/jobs/ID?items=none`` answers."""
+    scope = _scope(uow_factory, reads)
+    try:
+        answer = read_job(scope, uow_factory, settings, user, job_id, with_items=False)
+        return _document(answer)
+    finally:
+        if reads is None:
+            scope.close()
 
 
 def get_items_page(
@@ -469,13 +505,19 @@ def get_items_page(
     status: str | None = None,
     offset: int = 0,
     limit: int = DEFAULT_ITEMS_PAGE,
+    reads: ReadScope | None = None,
 ) -> dict[str, Any]:
-    """A page of a job's items: ``{"items": [...], "total": int}``, after recovery."""
-    with ReadScope(uow_factory) as reads:
+    """A page of a job's items: ``{"items": [...], "total": int}``, after recovery; what
+    ``GET /api/jobs/ID/items`` answers."""
+    scope = _scope(uow_factory, reads)
+    try:
         answer = read_job_items(
-            reads, uow_factory, settings, user, job_id, status=status, offset=offset, limit=limit
+            scope, uow_factory, settings, user, job_id, status=status, offset=offset, limit=limit
         )
         return _document(answer)
+    finally:
+        if reads is None:
+            scope.close()
 
 
 def list_jobs(
@@ -486,14 +528,19 @@ def list_jobs(
     status: str | None = None,
     page: int = 1,
     per_page: int | None = None,
+    reads: ReadScope | None = None,
 ) -> tuple[list[dict[str, Any]], int]:
     """An organization's job summaries, newest first, after recovery; and the total."""
-    with ReadScope(uow_factory) as reads:
+    scope = _scope(uow_factory, reads)
+    try:
         answer = _document(
             read_jobs(
-                reads, uow_factory, settings, user, status=status, page=page, per_page=per_page
+                scope, uow_factory, settings, user, status=status, page=page, per_page=per_page
             )
         )
+    finally:
+        if reads is None:
+            scope.close()
     return answer["jobs"], answer["total"]
 
 
@@ -556,10 +603,21 @@ def _claimed_view(
     return result
 
 
-def item_audio_key(uow_factory: UowFactory, user: UserRecord, job_id: int, item_id: int) -> str:
+def item_audio_key(
+    uow_factory: UowFactory,
+    user: UserRecord,
+    job_id: int,
+    item_id: int,
+    *,
+    reads: ReadScope | None = None,
+) -> str:
     """The storage key of an item's audio; NotFound when it has none or is not yours."""
-    with uow_factory(read_only=True) as uow:
-        key = uow.views.item_audio(job_id, item_id, user.organization_id)
+    scope = _scope(uow_factory, reads)
+    try:
+        key = scope.reader().views.item_audio(job_id, item_id, user.organization_id)
+    finally:
+        if reads is None:
+            scope.close()
     if key is None:
         raise NotFound("no audio for this item")
     return key

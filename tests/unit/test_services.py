@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 
 from speechbatch import services
@@ -9,6 +11,7 @@ from speechbatch.config import Settings
 from speechbatch.errors import AlreadyGenerating, NotFound, NothingToGenerate, ValidationError
 from speechbatch.repositories import StaleJob, UserRecord
 from speechbatch.services import Limits
+from speechbatch.uow import ReadScope
 from tests.fakes import FakeRepository, FakeRunner, FakeUnitOfWork, FakeUowFactory
 
 USER = UserRecord(id=1, organization_id=10, email="a@b.c", password_hash="x")
@@ -113,6 +116,46 @@ def test_other_organizations_job_is_not_found(
     job_id = repo.create_job(99, 1, "t", "alloy", ["a"])
     with pytest.raises(NotFound):
         services.get_job(factory, Settings(), USER, job_id)
+
+
+def test_a_304_builds_no_answer(factory: FakeUowFactory, repo: FakeRepository) -> None:
+    job_id = repo.create_job(10, 1, "t", "alloy", ["a", "b"])
+    etag = services.read_job(ReadScope(factory), factory, Settings(), USER, job_id).etag
+    built = repo.documents_built
+    answer = services.read_job(
+        ReadScope(factory), factory, Settings(), USER, job_id, if_none_match={etag}.__contains__
+    )
+    assert answer.not_modified and answer.body is None
+    assert repo.documents_built == built
+
+
+def test_a_live_job_is_read_without_a_recovery_pass(
+    factory: FakeUowFactory, repo: FakeRepository
+) -> None:
+    job_id = repo.create_job(10, 1, "t", "alloy", ["a"])
+    services.read_job(ReadScope(factory), factory, Settings(), USER, job_id)
+    assert repo.recovered == []
+
+
+def test_a_job_that_looks_dead_is_recovered_before_it_is_shown(
+    factory: FakeUowFactory, repo: FakeRepository
+) -> None:
+    job_id = repo.create_job(10, 1, "t", "alloy", ["a"])
+    repo.stale = [StaleJob(job_id, 1, "lease", None)]
+    services.read_job(ReadScope(factory), factory, Settings(), USER, job_id)
+    assert repo.recovered == repo.stale
+
+
+@pytest.mark.parametrize(
+    "paging", [{"limit": 0}, {"limit": 1001}, {"offset": -1}, {"status": "FINISHED"}]
+)
+def test_bad_item_paging_is_refused_before_reading(
+    factory: FakeUowFactory, repo: FakeRepository, paging: dict[str, Any]
+) -> None:
+    job_id = repo.create_job(10, 1, "t", "alloy", ["a"])
+    with pytest.raises(ValidationError):
+        services.read_job_items(ReadScope(factory), factory, Settings(), USER, job_id, **paging)
+    assert repo.documents_built == 0
 
 
 def test_items_from_text_and_csv() -> None:

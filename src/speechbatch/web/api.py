@@ -183,7 +183,7 @@ def regenerate(job_id: int) -> tuple[Response, int]:
 def item_audio(job_id: int, item_id: int) -> Response:
     """An item's audio bytes."""
     s = services()
-    key = svc.item_audio_key(s.uow_factory, current(), job_id, item_id)
+    key = svc.item_audio_key(s.uow_factory, current(), job_id, item_id, reads=reads())
     if not s.storage.exists(key):
         raise NotFound("the audio file is missing")
     return send_file(
