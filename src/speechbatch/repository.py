@@ -37,7 +37,6 @@ from sqlalchemy.orm import Session
 
 from .db import UTCDateTime, ago, db_now
 from .models import (
-    ApiToken,
     Id,
     Item,
     ItemStatus,
@@ -193,16 +192,6 @@ class Repository:
     def get_user(self, user_id: int) -> UserRecord | None:
         """Find a user by id."""
         return self._user_where(users.c.id == user_id)
-
-    def create_token(self, user_id: int, token_hash: str) -> None:
-        """Store the hash of a new API token."""
-        self.session.execute(insert(ApiToken).values(user_id=user_id, token_hash=token_hash))
-
-    def get_user_by_token(self, token_hash: str) -> UserRecord | None:
-        """Find the user that owns a token hash."""
-        return self._user_where(
-            users.c.id.in_(select(ApiToken.user_id).where(ApiToken.token_hash == token_hash))
-        )
 
     # --- workers ----------------------------------------------------------------------
 

@@ -2,18 +2,17 @@
 
 from __future__ import annotations
 
-import hashlib
 import logging
-import secrets
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
 from sqlalchemy.exc import OperationalError
-from werkzeug.security import check_password_hash, generate_password_hash
+from werkzeug.security import generate_password_hash
 
 from . import metrics
+from .accounts import authenticate_token, create_token  # noqa: F401  (their home was here)
 from .config import Settings
 from .errors import AlreadyGenerating, NotFound, NothingToGenerate, ValidationError
 from .models import JobStatus
@@ -64,38 +63,6 @@ def create_admin(uow_factory: UowFactory, org_slug: str, email: str, password: s
             raise ValidationError(f"a user with email {email} exists already", field="email")
         uow.commit()
     return user_id
-
-
-def hash_token(token: str) -> str:
-    """The stored form of an API token."""
-    return hashlib.sha256(token.encode()).hexdigest()
-
-
-def create_token(uow_factory: UowFactory, email: str) -> str:
-    """Create an API token for a user; the token is returned once and stored hashed."""
-    token = "sb_" + secrets.token_urlsafe(32)
-    with uow_factory(read_only=True) as uow:
-        user = uow.repo.get_user_by_email(email.strip())
-        if user is None:
-            raise NotFound(f"no user with email {email}")
-        uow.repo.create_token(user.id, hash_token(token))
-        uow.commit()
-    return token
-
-
-def authenticate_token(uow_factory: UowFactory, token: str) -> UserRecord | None:
-    """The user a bearer token belongs to, or None."""
-    with uow_factory(read_only=True) as uow:
-        return uow.repo.get_user_by_token(hash_token(token))
-
-
-def authenticate_password(uow_factory: UowFactory, email: str, password: str) -> UserRecord | None:
-    """The user with that email and password, or None."""
-    with uow_factory(read_only=True) as uow:
-        user = uow.repo.get_user_by_email(email.strip())
-    if user is None or not check_password_hash(user.password_hash, password):
-        return None
-    return user
 
 
 def get_user(uow_factory: UowFactory, user_id: int) -> UserRecord | None:

@@ -9,6 +9,8 @@ from typing import Any
 from sqlalchemy.orm import Session, sessionmaker
 
 from .db import READ_ONLY
+from .repositories.sign_ins import SignInRepository
+from .repositories.tokens import TokenRepository
 from .repository import Repository
 
 
@@ -16,6 +18,8 @@ class UnitOfWork:
     """A short transaction: ``with uow_factory() as uow: ...; uow.commit()``."""
 
     repo: Repository
+    tokens: TokenRepository
+    sign_ins: SignInRepository
     session: Session
 
     def __init__(self, session_factory: sessionmaker[Any], *, read_only: bool = False) -> None:
@@ -28,6 +32,8 @@ class UnitOfWork:
             options: dict[str, Any] = {READ_ONLY: True}
             self.session.connection(execution_options=options)
         self.repo = Repository(self.session)
+        self.tokens = TokenRepository(self.session)
+        self.sign_ins = SignInRepository(self.session)
         return self
 
     def __exit__(

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import logging
 
-from flask import Flask, Response, jsonify, render_template, request
+from flask import Flask, Response, current_app, jsonify, render_template, request
 from flask_wtf.csrf import CSRFError
 from sqlalchemy.exc import OperationalError
 from werkzeug.exceptions import HTTPException
@@ -23,6 +23,15 @@ HTTP_CODES = {
     413: "payload_too_large",
     422: "validation_error",
 }
+
+
+def describe_size(size: int) -> str:
+    """A byte count in words: ``25 MiB``, ``500 kB``, ``12 bytes``."""
+    if size >= 1024 * 1024 and size % (1024 * 1024) == 0:
+        return f"{size // (1024 * 1024)} MiB"
+    if size >= 1024:
+        return f"{size / 1024:g} KiB"
+    return f"{size} bytes"
 
 
 def error_response(status: int, code: str, message: str) -> tuple[Response, int]:
@@ -64,7 +73,8 @@ def register(app: Flask) -> None:
             return exc
         message = exc.description or exc.name
         if status == 413:
-            message = "the request body is too large (25 MiB at most)"
+            limit = current_app.extensions["speechbatch"].settings.max_content_length
+            message = f"the request is too large: {describe_size(limit)} at most"
         if wants_json():
             return error_response(status, HTTP_CODES.get(status, "error"), message)
         return _page(status, message)

@@ -1,0 +1,1 @@
+"""Repositories, one per concept: the only modules that build SQL for it."""
