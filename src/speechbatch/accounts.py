@@ -58,8 +58,8 @@ def clean_token_name(name: Any) -> str:
     name = name.strip()
     if len(name) > MAX_TOKEN_NAME:
         raise ValidationError(f"name is longer than {MAX_TOKEN_NAME} characters", field="name")
-    if "\x00" in name or not name.isprintable():
-        raise ValidationError("name must be printable text", field="name")
+    if "\x00" in name or any("\ud800" <= c <= "\udfff" for c in name):
+        raise ValidationError("name must be text without NUL or lone surrogates", field="name")
     return name
 
 

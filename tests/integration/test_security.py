@@ -60,3 +60,28 @@ def test_413_on_a_page_names_the_real_limit(client: FlaskClient, admin: UserReco
     response = client.post("/jobs", data={"items": "x" * (25 * 1024 * 1024 + 1)})
     assert response.status_code == 413
     assert "25 MiB at most" in text_of(response)
+
+
+def test_405_says_which_methods_are_allowed(client: FlaskClient, auth: dict[str, str]) -> None:
+    response = client.put("/api/tokens", headers=auth)
+    assert response.status_code == 405
+    assert set(response.headers["Allow"].split(", ")) >= {"GET", "POST"}
+    assert response.get_json()["error"]["code"] == "method_not_allowed"
+
+
+def test_openapi_document_is_public_and_lists_every_api_route(client: FlaskClient) -> None:
+    document = client.get("/api/openapi.json").get_json()
+    assert document["openapi"].startswith("3.1")
+    documented = {
+        (path, method.upper())
+        for path, item in document["paths"].items()
+        for method in item
+        if method != "parameters"
+    }
+    app = client.application
+    for rule in app.url_map.iter_rules():
+        if not rule.rule.startswith("/api/"):
+            continue
+        path = rule.rule.replace("<int:", "{").replace(">", "}")
+        for method in rule.methods - {"HEAD", "OPTIONS"}:
+            assert (path, method) in documented, (path, method)

@@ -4,10 +4,18 @@ from __future__ import annotations
 
 import logging
 
-from flask import Flask, Response, current_app, jsonify, render_template, request
+from flask import (
+    Flask,
+    Response,
+    current_app,
+    jsonify,
+    make_response,
+    render_template,
+    request,
+)
 from flask_wtf.csrf import CSRFError
 from sqlalchemy.exc import OperationalError
-from werkzeug.exceptions import HTTPException
+from werkzeug.exceptions import HTTPException, MethodNotAllowed
 
 from ..errors import SpeechbatchError
 
@@ -67,7 +75,9 @@ def register(app: Flask) -> None:
         return _page(400, message)
 
     @app.errorhandler(HTTPException)
-    def http_error(exc: HTTPException) -> tuple[Response | str, int] | HTTPException:
+    def http_error(
+        exc: HTTPException,
+    ) -> tuple[Response | str, int] | Response | HTTPException:
         status = exc.code or 500
         if status < 400:
             return exc
@@ -75,9 +85,17 @@ def register(app: Flask) -> None:
         if status == 413:
             limit = current_app.extensions["speechbatch"].settings.max_content_length
             message = f"the request is too large: {describe_size(limit)} at most"
-        if wants_json():
-            return error_response(status, HTTP_CODES.get(status, "error"), message)
-        return _page(status, message)
+        answer = (
+            error_response(status, HTTP_CODES.get(status, "error"), message)
+            if wants_json()
+            else _page(status, message)
+        )
+        if isinstance(exc, MethodNotAllowed) and exc.valid_methods:
+            # RFC 9110: a 405 says which methods the resource does support.
+            response = make_response(answer)
+            response.headers["Allow"] = ", ".join(exc.valid_methods)
+            return response
+        return answer
 
     @app.errorhandler(OperationalError)
     def database_unavailable(exc: OperationalError) -> tuple[Response | str, int]:

@@ -11,6 +11,10 @@ from typing import Any
 
 from flask import Blueprint, Response, jsonify
 
+from ..accounts import MAX_TOKEN_NAME
+from ..services import MAX_ITEMS, MAX_TITLE, Limits
+from .context import services
+
 bp = Blueprint("openapi", __name__)
 
 JOB_STATUSES = ["PENDING", "GENERATING", "COMPLETED", "FAILED"]
@@ -53,6 +57,9 @@ def _obj(required: dict[str, Any], optional: dict[str, Any] | None = None) -> di
     }
 
 
+# Text with at least one character that is not whitespace (in Python's sense as well as
+# JSON Schema's: the server trims first) and no NUL, which no database column can hold.
+NOT_BLANK = "^[^\\u0000]*[^\\s\\u0000\\u001c-\\u001f\\u0085][^\\u0000]*$"
 TIMESTAMP = {"type": "string", "format": "date-time"}
 ID = {"type": "integer", "minimum": 1}
 PROGRESS = _obj(
@@ -125,20 +132,6 @@ SCHEMAS: dict[str, Any] = {
             "total": {"type": "integer", "minimum": 0},
         }
     ),
-    "NewJob": {
-        "type": "object",
-        "properties": {
-            "title": {"type": "string", "minLength": 1, "maxLength": 200},
-            "voice": {"type": "string"},
-            "items": {
-                "type": "array",
-                "minItems": 1,
-                "maxItems": 5000,
-                "items": {"type": "string", "minLength": 1, "maxLength": 4096},
-            },
-        },
-        "required": ["title", "voice", "items"],
-    },
     "Estimate": _obj(
         {
             "items": {"type": "integer", "minimum": 0},
@@ -190,10 +183,32 @@ SCHEMAS: dict[str, Any] = {
     "TokenList": _obj({"tokens": {"type": "array", "items": _ref("Token")}}),
     "TokenRequest": {
         "type": "object",
-        "properties": {"name": {"type": "string", "minLength": 1, "maxLength": 100}},
+        "properties": {
+            "name": {"type": "string", "maxLength": MAX_TOKEN_NAME, "pattern": NOT_BLANK}
+        },
         "required": ["name"],
     },
 }
+
+
+def _new_job(limits: Limits) -> dict[str, Any]:
+    """The body of POST /api/jobs: the voices and item length of the configured provider."""
+    return {
+        "type": "object",
+        "properties": {
+            "title": {"type": "string", "maxLength": MAX_TITLE, "pattern": NOT_BLANK},
+            "voice": {"enum": list(limits.voices)},
+            "items": {
+                "type": "array",
+                "minItems": 1,
+                "maxItems": MAX_ITEMS,
+                "items": {"type": "string", "maxLength": limits.max_chars, "pattern": NOT_BLANK},
+            },
+        },
+        "required": ["title", "voice", "items"],
+    }
+
+
 ETAG_HEADERS = {"ETag": {"description": "Version of this answer.", "schema": {"type": "string"}}}
 IF_NONE_MATCH = {
     "name": "If-None-Match",
@@ -204,13 +219,24 @@ IF_NONE_MATCH = {
 }
 
 
-def _json(schema_name: str, description: str, headers: dict[str, Any] | None = None) -> Any:
+def _json(
+    schema_name: str,
+    description: str,
+    headers: dict[str, Any] | None = None,
+    links: dict[str, str] | None = None,
+) -> Any:
+    """A JSON answer; ``links`` maps an operationId to the path parameter the body's id fills."""
     answer: dict[str, Any] = {
         "description": description,
         "content": {"application/json": {"schema": _ref(schema_name)}},
     }
     if headers:
         answer["headers"] = headers
+    if links:
+        answer["links"] = {
+            operation: {"operationId": operation, "parameters": {parameter: "$response.body#/id"}}
+            for operation, parameter in links.items()
+        }
     return answer
 
 
@@ -239,6 +265,10 @@ def _query(name: str, description: str, schema: dict[str, Any]) -> dict[str, Any
 
 
 JOB_ID = _path_id("job_id", "job")
+JOB_LINKS = {
+    name: "job_id"
+    for name in ("getJob", "generateJob", "regenerateJob", "cancelJob", "estimateJob", "listItems")
+}
 NOT_MODIFIED = {"304": {"description": "Not modified: the If-None-Match ETag is current."}}
 
 
@@ -324,7 +354,10 @@ PATHS: dict[str, Any] = {
         "post": _operation(
             "createJob",
             "Create a PENDING job. Titles and items are trimmed first.",
-            {"201": _json("Job", "The new job."), **_errors(400, 401, 413, 422)},
+            {
+                "201": _json("Job", "The new job.", links=JOB_LINKS),
+                **_errors(400, 401, 413, 422),
+            },
             body="NewJob",
         ),
     },
@@ -414,7 +447,14 @@ PATHS: dict[str, Any] = {
         "post": _operation(
             "createExport",
             "Start a ZIP of the organization's finished audio.",
-            {"202": _json("Export", "The RUNNING export."), **_errors(400, 401, 409)},
+            {
+                "202": _json(
+                    "Export",
+                    "The RUNNING export.",
+                    links={"getExport": "export_id", "downloadExport": "export_id"},
+                ),
+                **_errors(400, 401, 409),
+            },
         )
     },
     "/api/exports/{export_id}": {
@@ -451,7 +491,9 @@ PATHS: dict[str, Any] = {
             "createToken",
             "Create a named API token; its secret is in this answer only.",
             {
-                "201": _json("NewToken", "The token, shown this once."),
+                "201": _json(
+                    "NewToken", "The token, shown this once.", links={"revokeToken": "token_id"}
+                ),
                 **_errors(400, 401, 413, 422),
             },
             body="TokenRequest",
@@ -468,8 +510,8 @@ PATHS: dict[str, Any] = {
 }
 
 
-def document() -> dict[str, Any]:
-    """The OpenAPI 3.1 document of every ``/api/`` call."""
+def document(limits: Limits) -> dict[str, Any]:
+    """The OpenAPI 3.1 document of every ``/api/`` call, for the configured provider."""
     return {
         "openapi": "3.1.0",
         "info": {
@@ -483,7 +525,7 @@ def document() -> dict[str, Any]:
         },
         "paths": PATHS,
         "components": {
-            "schemas": SCHEMAS,
+            "schemas": {**SCHEMAS, "NewJob": _new_job(limits)},
             "responses": {
                 f"E{status}": _json("Error", text) for status, text in ERROR_TEXT.items()
             },
@@ -499,4 +541,4 @@ def document() -> dict[str, Any]:
 @bp.get("/api/openapi.json")
 def openapi_json() -> Response:
     """The OpenAPI document (no authentication)."""
-    return jsonify(document())
+    return jsonify(document(services().limits))
