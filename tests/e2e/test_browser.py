@@ -18,6 +18,7 @@ import pytest
 from playwright.sync_api import Browser, Dialog, FilePayload, Locator, Page, expect, sync_playwright
 
 from tests.conftest import IN_CI
+from tests.support.csp import CspWatch
 from tests.support.server import (
     ADMIN_EMAIL,
     ADMIN_PASSWORD,
@@ -94,16 +95,20 @@ def browser() -> Iterator[Browser]:
 
 @pytest.fixture
 def page(browser: Browser, server: tuple[GunicornServer, str]) -> Iterator[Page]:
-    """A fresh browser context (no cookies) on the app, with a desktop viewport."""
+    """A fresh browser context (no cookies) on the app, with a desktop viewport; fails the
+    test on any Content-Security-Policy violation."""
     context = browser.new_context(
         base_url=server[0].base_url, viewport={"width": 1280, "height": 900}
     )
     context.set_default_timeout(20_000)
+    csp = CspWatch(context)
     tab = context.new_page()
     try:
         yield tab
     finally:
         context.close()
+    # The pages must work under their Content-Security-Policy: no inline script or style.
+    assert csp.violations == []
 
 
 def sign_in(page: Page) -> None:

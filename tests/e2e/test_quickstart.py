@@ -75,7 +75,8 @@ def quickstart(tmp_path_factory: pytest.TempPathFactory) -> Iterator[QuickStart]
         start_new_session=True,
     )
     output: list[str] = []
-    threading.Thread(target=_read, args=(process.stdout, output), daemon=True).start()
+    reader = threading.Thread(target=_read, args=(process.stdout, output), daemon=True)
+    reader.start()
     base_url = f"http://127.0.0.1:{port}"
 
     def healthy() -> bool:
@@ -108,6 +109,9 @@ def quickstart(tmp_path_factory: pytest.TempPathFactory) -> Iterator[QuickStart]
             os.killpg(process.pid, signal.SIGKILL)
             process.wait(10)
         wait_until(lambda: not group_pids(process.pid), 10.0, what="quickstart gone")
+        reader.join(10)
+        assert process.stdout is not None
+        process.stdout.close()
 
 
 def test_quickstart_runs_several_workers_on_one_private_key(quickstart: QuickStart) -> None:

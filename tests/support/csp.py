@@ -22,9 +22,12 @@ class CspWatch:
 
     def __init__(self, context: BrowserContext) -> None:
         self.violations: list[str] = []
-        context.expose_function("__reportCspViolation", self.violations.append)
+        context.expose_function("__reportCspViolation", self._report)
         context.add_init_script(LISTENER)
         context.on("console", self._console)
+
+    def _report(self, violation: str) -> None:
+        self.violations.append(violation)
 
     def _console(self, message: ConsoleMessage) -> None:
         if "Content Security Policy" in message.text:
