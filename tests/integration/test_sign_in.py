@@ -3,14 +3,18 @@
 from __future__ import annotations
 
 import logging
+import threading
 
 import pytest
+from flask import Flask
 from flask.testing import FlaskClient
 from sqlalchemy import update
 from werkzeug.test import TestResponse
 
+from speechbatch.accounts import sign_in
 from speechbatch.app import Services
 from speechbatch.db import ago
+from speechbatch.errors import TooManySignIns
 from speechbatch.models import SignInThrottle
 from speechbatch.repository import UserRecord
 from tests.integration.test_pages import PASSWORD, csrf_from, text_of
@@ -96,3 +100,27 @@ def test_sign_ins_are_logged_without_the_password(
     logged = caplog.text
     assert "sign-in failed" in logged and "sign-in succeeded" in logged
     assert "secret-guess-1" not in logged and PASSWORD not in logged
+
+
+def test_a_burst_of_guesses_gets_no_more_than_five_tries(
+    app: Flask, admin: UserRecord, svc: Services
+) -> None:
+    # Ten guesses at once, as from ten processes: each attempt is counted before the
+    # password is checked, so exactly five are checked and five refused.
+    barrier = threading.Barrier(10)
+    outcomes: list[str] = []
+
+    def guess() -> None:
+        barrier.wait()
+        try:
+            user = sign_in(svc.uow_factory, EMAIL, "wrong-password", "10.9.9.9")
+            outcomes.append("checked" if user is None else "signed in")
+        except TooManySignIns:
+            outcomes.append("refused")
+
+    threads = [threading.Thread(target=guess) for _ in range(10)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(30)
+    assert sorted(outcomes) == ["checked"] * 5 + ["refused"] * 5

@@ -5,6 +5,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
+from flask import Flask
 from flask.testing import FlaskClient
 from sqlalchemy import select, update
 
@@ -201,3 +202,16 @@ def test_page_rejects_an_empty_name(client: FlaskClient, admin: UserRecord) -> N
 def test_page_without_session_redirects_to_login(client: FlaskClient) -> None:
     response = client.get("/tokens")
     assert response.status_code == 302 and "/login" in response.headers["Location"]
+
+
+def test_cli_prints_the_named_token_alone_on_the_last_line(
+    app: Flask, client: FlaskClient, admin: UserRecord
+) -> None:
+    result = app.test_cli_runner().invoke(
+        args=["create-token", "--email", admin.email, "--name", "ci deploy"]
+    )
+    assert result.exit_code == 0, result.output
+    token = result.output.strip().splitlines()[-1]
+    assert re.fullmatch(r"sb_[A-Za-z0-9_-]{43}", token)
+    listed = client.get("/api/tokens", headers={"Authorization": f"Bearer {token}"}).get_json()
+    assert [t["name"] for t in listed["tokens"]] == ["ci deploy"]
