@@ -8,7 +8,7 @@ import threading
 import pytest
 from flask import Flask
 from flask.testing import FlaskClient
-from sqlalchemy import update
+from sqlalchemy import select, update
 from werkzeug.test import TestResponse
 
 from speechbatch.accounts import sign_in
@@ -124,3 +124,17 @@ def test_a_burst_of_guesses_gets_no_more_than_five_tries(
     for thread in threads:
         thread.join(30)
     assert sorted(outcomes) == ["checked"] * 5 + ["refused"] * 5
+
+
+def test_a_success_sweeps_tallies_of_ended_windows(
+    client: FlaskClient, admin: UserRecord, svc: Services
+) -> None:
+    attempt(client, "wrong-password", "10.0.0.7")
+    with svc.uow_factory() as uow:
+        uow.session.execute(update(SignInThrottle).values(window_started_at=ago(15 * 60 + 1)))
+        uow.commit()
+    attempt(client, "wrong-password", "10.0.0.8")
+    assert attempt(client, PASSWORD, "10.0.0.9").status_code == 302
+    with svc.uow_factory() as uow:
+        left = uow.session.execute(select(SignInThrottle.client_address)).scalars().all()
+    assert left == ["10.0.0.8"]

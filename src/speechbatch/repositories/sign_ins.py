@@ -66,3 +66,9 @@ class SignInRepository:
                 throttles.c.email == email, throttles.c.client_address == client_address
             )
         )
+
+    def purge_expired(self, window_seconds: float) -> None:
+        """Drop every tally whose window ended ``window_seconds`` or more ago (no longer counts)."""
+        self.session.execute(
+            delete(throttles).where(throttles.c.window_started_at <= ago(window_seconds))
+        )
