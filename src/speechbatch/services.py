@@ -12,7 +12,7 @@ from sqlalchemy.exc import OperationalError
 from werkzeug.security import generate_password_hash
 
 from . import metrics
-from .accounts import authenticate_token, create_token  # noqa: F401  (their home was here)
+from .accounts import create_token  # noqa: F401  (re-exported: tests and scripts import it here)
 from .config import Settings
 from .errors import AlreadyGenerating, NotFound, NothingToGenerate, ValidationError
 from .models import JobStatus

@@ -4,9 +4,10 @@ from __future__ import annotations
 
 from flask import current_app, g, request, session
 
+from ..accounts import authenticate_token
 from ..app import Services
 from ..repository import UserRecord
-from ..services import authenticate_token, get_user
+from ..services import get_user
 
 
 def services() -> Services:
