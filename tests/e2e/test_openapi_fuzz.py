@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import subprocess
 import time
+from pathlib import Path
 
 import pytest
 import requests
@@ -28,8 +29,9 @@ NOT_ON_THIS_BRANCH = ("listJobs", "listItems", "cancelJob", "estimateJob", "getU
 SINGLE = ("--phases", "examples,coverage,fuzzing")
 
 
-def schemathesis(base_url: str, token: str, *selection: str) -> tuple[int, str]:
-    """Run the schemathesis CLI with every check; (exit code, output)."""
+def schemathesis(base_url: str, token: str, workdir: Path, *selection: str) -> tuple[int, str]:
+    """Run the schemathesis CLI with every check in ``workdir`` (its cache goes there);
+    (exit code, output)."""
     command = [
         str(VENV_BIN / "schemathesis"),
         "run",
@@ -47,7 +49,9 @@ def schemathesis(base_url: str, token: str, *selection: str) -> tuple[int, str]:
         "--no-color",
         *selection,
     ]
-    result = subprocess.run(command, capture_output=True, text=True, timeout=300, check=False)
+    result = subprocess.run(
+        command, cwd=workdir, capture_output=True, text=True, timeout=300, check=False
+    )
     return result.returncode, result.stdout + result.stderr
 
 
@@ -57,7 +61,7 @@ def _excluded(*operation_ids: str) -> list[str]:
 
 @pytest.mark.parametrize("db_kind", ["postgresql"])
 def test_the_api_conforms_to_its_openapi_document(
-    spawn_server: ServerFactory, api_token: str, fake_provider: FakeProvider
+    spawn_server: ServerFactory, api_token: str, fake_provider: FakeProvider, tmp_path: Path
 ) -> None:
     fake_provider.latency = 0.02
     server = spawn_server(workers=2, threads=4)
@@ -93,7 +97,7 @@ def test_the_api_conforms_to_its_openapi_document(
     }
     failures = []
     for name, (token, selection) in runs.items():
-        code, output = schemathesis(server.base_url, token, *selection)
+        code, output = schemathesis(server.base_url, token, tmp_path, *selection)
         if code != 0:
             failures.append(f"--- schemathesis run {name!r} exited {code} ---\n{output[-20000:]}")
     elapsed = time.monotonic() - started
