@@ -14,7 +14,7 @@ from typing import Any, Literal, overload
 from speechbatch.locks import ExportRepository, LockRepository
 from speechbatch.providers.base import PermanentProviderError, RetryableProviderError
 from speechbatch.read import JobHead, ListStamp
-from speechbatch.repositories import StaleJob, UserRecord
+from speechbatch.repositories import SignInRepository, StaleJob, TokenRepository, UserRecord
 from speechbatch.repositories.spending import Usage
 
 
@@ -205,12 +205,6 @@ class FakeRepository:
     def get_user(self, user_id: int) -> UserRecord | None:
         return self.users.get(user_id)
 
-    def create_token(self, user_id: int, token_hash: str) -> None:
-        pass
-
-    def get_user_by_token(self, token_hash: str) -> UserRecord | None:
-        return None
-
 
 class FakeSpending:
     """An organization without a budget: the claim's budget check passes."""
@@ -222,9 +216,11 @@ class FakeSpending:
 class FakeUnitOfWork:
     """A unit of work over one FakeRepository that counts commits."""
 
-    # Not used by the services under test (exports have their own integration tests).
+    # Not used by the services under test (exports, tokens and sign-ins have integration tests).
     exports: ExportRepository
     locks: LockRepository
+    tokens: TokenRepository
+    sign_ins: SignInRepository
 
     def __init__(self, repo: FakeRepository) -> None:
         self.repo = repo

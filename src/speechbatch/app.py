@@ -71,9 +71,12 @@ def create_app(settings: Settings | None = None, *, provider: TTSProvider | None
     app.config.update(
         SECRET_KEY=settings.secret_key,
         MAX_CONTENT_LENGTH=settings.max_content_length,
+        # Flask caps one form field at 500 kB by default; a pasted job of 5,000 items of
+        # 4,096 characters is one field, and the body limit is the one that applies.
+        MAX_FORM_MEMORY_SIZE=settings.max_content_length,
         SESSION_COOKIE_HTTPONLY=True,
         SESSION_COOKIE_SAMESITE="Lax",
-        SESSION_COOKIE_SECURE=settings.env == "production",
+        SESSION_COOKIE_SECURE=settings.is_production,
         WTF_CSRF_TIME_LIMIT=None,
     )
     engine = make_engine(settings.database_url)
@@ -98,22 +101,24 @@ def create_app(settings: Settings | None = None, *, provider: TTSProvider | None
 
     from . import metrics
     from .cli import register_cli
-    from .web import api, context, errors, pages
+    from .web import api, context, errors, pages, security
 
     app.register_blueprint(api.bp)
     csrf.exempt(api.bp)  # the API checks X-CSRFToken itself for session-authenticated writes
     app.register_blueprint(pages.bp)
-    from .web import exports_api
+    from .web import exports_api, openapi, spending, tokens_api
 
     app.register_blueprint(exports_api.bp)
     csrf.exempt(exports_api.create_export)  # require_user checks X-CSRFToken on session writes
-    from .web import spending
-
     app.register_blueprint(spending.bp)
     csrf.exempt(spending.cancel)  # require_user checks X-CSRFToken on session writes
+    app.register_blueprint(tokens_api.bp)
+    csrf.exempt(tokens_api.bp)  # require_user checks X-CSRFToken on session writes
+    app.register_blueprint(openapi.bp)
     app.register_blueprint(metrics.bp)
     context.init_app(app)
     errors.register(app)
+    security.install(app, production=settings.is_production)
     register_cli(app)
     # Processes not run by gunicorn (flask run) still end their runs as INTERRUPTED.
     atexit.register(drain_all, 5.0)

@@ -10,8 +10,8 @@ import sys
 import click
 from flask import Flask, current_app
 
+from . import accounts, spending
 from . import services as svc
-from . import spending
 from .errors import SpeechbatchError
 from .migrate import upgrade
 
@@ -47,13 +47,14 @@ def register_cli(app: Flask) -> None:
 
     @app.cli.command("create-token")
     @click.option("--email", required=True)
-    def create_token(email: str) -> None:
-        """Create an API token; it is printed alone on the last line."""
+    @click.option("--name", default="cli", show_default=True, help="what the token is for")
+    def create_token(email: str, name: str) -> None:
+        """Create a named API token; it is printed alone on the last line."""
         try:
-            token = svc.create_token(_services().uow_factory, email)
+            token = accounts.create_token(_services().uow_factory, email, name)
         except SpeechbatchError as exc:
             raise click.ClickException(exc.message) from None
-        click.echo(f"API token for {email} (shown once, stored hashed):")
+        click.echo(f"API token {name!r} for {email} (shown once, stored hashed):")
         click.echo(token)
 
     @app.cli.command("quickstart")
@@ -69,7 +70,7 @@ def register_cli(app: Flask) -> None:
             svc.create_admin(s.uow_factory, "demo", email, password)
         except SpeechbatchError:
             password = "(unchanged: the demo admin exists already)"
-        token = svc.create_token(s.uow_factory, email)
+        token = accounts.create_token(s.uow_factory, email, "quickstart")
         click.echo(
             f"""
   speechbatch is starting on http://{host}:{port}/

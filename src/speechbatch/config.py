@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import secrets
+import tempfile
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -12,6 +14,7 @@ from urllib.parse import urlsplit
 from .errors import ConfigError
 
 PROVIDERS = ("espeak", "openai")
+ENVIRONMENTS = ("development", "production")
 OPENAI_VOICES = (
     "alloy", "ash", "ballad", "coral", "echo", "fable", "nova", "onyx", "sage", "shimmer", "verse",
 )  # fmt: skip
@@ -53,8 +56,18 @@ class Settings:
         """Whether the database is the embedded SQLite default."""
         return self.database_url.startswith("sqlite")
 
+    @property
+    def is_production(self) -> bool:
+        """Whether the app runs with SPEECHBATCH_ENV=production."""
+        return self.env == "production"
+
     def validate(self) -> Settings:
         """Raise ConfigError naming the variable when a value cannot work."""
+        if self.env not in ENVIRONMENTS:
+            # A typo such as "prod" must not quietly give development's key and cookies.
+            raise ConfigError(
+                f"SPEECHBATCH_ENV must be one of {', '.join(ENVIRONMENTS)}, not {self.env!r}"
+            )
         if self.tts_provider not in PROVIDERS:
             raise ConfigError(
                 f"SPEECHBATCH_TTS_PROVIDER must be one of {', '.join(PROVIDERS)}, "
@@ -99,8 +112,14 @@ class Settings:
         return self
 
     @classmethod
-    def from_env(cls, environ: Mapping[str, str] | None = None) -> Settings:
-        """Build and validate settings from SPEECHBATCH_* variables."""
+    def from_env(
+        cls, environ: Mapping[str, str] | None = None, *, instance_dir: Path | None = None
+    ) -> Settings:
+        """Build and validate settings from SPEECHBATCH_* variables.
+
+        In development without SPEECHBATCH_SECRET_KEY, the key is the one kept in
+        ``instance_dir/secret_key`` (made on first use), so every process shares it.
+        """
         env = os.environ if environ is None else environ
         values: dict[str, object] = {}
 
@@ -130,7 +149,35 @@ class Settings:
             number(name, float)
         for name in ("item_concurrency", "tts_max_attempts"):
             number(name, int)
+        if values.get("env", "development") == "development" and "secret_key" not in values:
+            values["secret_key"] = shared_secret_key(instance_dir or DEFAULT_INSTANCE_DIR)
         settings = cls(**values)  # type: ignore[arg-type]
-        if settings.env == "production" and "secret_key" not in values:
+        settings.validate()
+        if settings.is_production and "secret_key" not in values:
             raise ConfigError("SPEECHBATCH_SECRET_KEY is required when SPEECHBATCH_ENV=production")
-        return settings.validate()
+        return settings
+
+
+def shared_secret_key(instance_dir: Path) -> str:
+    """The development key kept in ``instance_dir/secret_key`` (mode 0600), made once.
+
+    Every process of the machine reads the same file: gunicorn workers built apart must
+    sign sessions and CSRF tokens alike. The file appears whole or not at all (a hard
+    link of a complete temporary file), so a process racing another never reads half a key.
+    """
+    path = instance_dir / "secret_key"
+    if not path.exists():
+        instance_dir.mkdir(parents=True, exist_ok=True)
+        fd, temporary = tempfile.mkstemp(dir=instance_dir, prefix=".secret_key.")
+        try:
+            os.fchmod(fd, 0o600)
+            os.write(fd, secrets.token_hex(32).encode())
+            os.close(fd)
+            with contextlib.suppress(FileExistsError):  # another process made it first
+                os.link(temporary, path)
+        finally:
+            os.unlink(temporary)
+    key = path.read_text().strip()
+    if len(key) < 32:
+        raise ConfigError(f"{path} holds no usable secret key; delete it to make a new one")
+    return key

@@ -56,6 +56,21 @@ class ValidationError(SpeechbatchError):
         self.field = field
 
 
+class TooManySignIns(SpeechbatchError):
+    """Too many failed sign-ins for this email from this address; try again later."""
+
+    code = "too_many_requests"
+    status = 429
+
+    def __init__(self, retry_after_seconds: int) -> None:
+        minutes = max(1, round(retry_after_seconds / 60))
+        super().__init__(
+            "Too many failed sign-ins for this email from your address. "
+            f"Try again in {minutes} minute{'s' if minutes != 1 else ''}."
+        )
+        self.retry_after_seconds = retry_after_seconds
+
+
 class Conflict(SpeechbatchError):
     """The request conflicts with the current state."""
 

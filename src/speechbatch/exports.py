@@ -42,11 +42,21 @@ log = logging.getLogger(__name__)
 JOB_TYPE = "audio_export"
 RECOVERED_MESSAGE = "auto-recovered: export holder stopped renewing its lock"
 MANIFEST_NAME = "manifest.csv"
+# A spreadsheet reads a cell starting with one of these as a formula (or a field separator).
+FORMULA_STARTS = ("=", "+", "-", "@", "\t", "\r")
 MANIFEST_HEADER = (
     "job_id", "job_title", "position", "text", "voice", "file_name", "bytes", "sha256",
 )  # fmt: skip
 _CHUNK = 1024 * 1024
 _BUILDERS: weakref.WeakSet[ExportBuilder] = weakref.WeakSet()
+
+
+def spreadsheet_safe(cell: str) -> str:
+    """``cell`` with a leading ``'`` when a spreadsheet would read it as a formula.
+
+    The apostrophe is what spreadsheets themselves use to mark a cell as text.
+    """
+    return "'" + cell if cell.startswith(FORMULA_STARTS) else cell
 
 
 def export_key(organization_id: int, export_id: int) -> str:
@@ -275,7 +285,13 @@ class ExportBuilder:
                         size += len(chunk)
                         out.write(chunk)
                         self._renew()
-                row = (entry.job_id, entry.job_title, entry.position, entry.text, entry.voice)
+                row = (
+                    entry.job_id,
+                    spreadsheet_safe(entry.job_title),
+                    entry.position,
+                    spreadsheet_safe(entry.text),
+                    entry.voice,
+                )
                 writer.writerow([*row, name, size, digest.hexdigest()])
                 count += 1
             zf.writestr(MANIFEST_NAME, manifest.getvalue(), compress_type=zipfile.ZIP_DEFLATED)

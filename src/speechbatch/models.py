@@ -83,6 +83,27 @@ class ApiToken(Base):
     # Only the SHA-256 of the token is stored; the token itself is shown once.
     token_hash: Mapped[str] = mapped_column(String(64), unique=True)
     created_at: Mapped[datetime] = mapped_column(UTCDateTime(), server_default=db_now())
+    name: Mapped[str] = mapped_column(String(100), server_default="")
+    # The token's first characters, so a person can tell their tokens apart.
+    prefix: Mapped[str] = mapped_column(String(16), server_default="")
+    # Written at most once a minute, not on every request.
+    last_used_at: Mapped[datetime | None] = mapped_column(UTCDateTime())
+    revoked_at: Mapped[datetime | None] = mapped_column(UTCDateTime())
+
+
+class SignInThrottle(Base):
+    """Sign-in attempts of one email from one client address in the current window."""
+
+    __tablename__ = "sign_in_throttles"
+    __table_args__ = (
+        UniqueConstraint("email", "client_address", name="uq_sign_in_throttles_email_address"),
+    )
+
+    id: Mapped[int] = mapped_column(Id, primary_key=True)
+    email: Mapped[str] = mapped_column(String(320))
+    client_address: Mapped[str] = mapped_column(String(64))
+    window_started_at: Mapped[datetime] = mapped_column(UTCDateTime())
+    attempts: Mapped[int] = mapped_column(Integer)
 
 
 class Worker(Base):

@@ -2,19 +2,18 @@
 
 from __future__ import annotations
 
-import hashlib
 import json
 import logging
-import secrets
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any, Protocol
 
 from sqlalchemy.exc import OperationalError
-from werkzeug.security import check_password_hash, generate_password_hash
+from werkzeug.security import generate_password_hash
 
 from . import metrics
+from .accounts import create_token  # noqa: F401  (re-exported: tests and scripts import it here)
 from .config import Settings
 from .errors import AlreadyGenerating, NotFound, NothingToGenerate, ValidationError
 from .models import JobStatus
@@ -60,7 +59,7 @@ def database_is_up(uow_factory: UowFactory) -> bool:
     return True
 
 
-# --- users and tokens ---------------------------------------------------------------
+# --- users --------------------------------------------------------------------------
 
 
 def create_admin(uow_factory: UowFactory, org_slug: str, email: str, password: str) -> int:
@@ -77,42 +76,6 @@ def create_admin(uow_factory: UowFactory, org_slug: str, email: str, password: s
             raise ValidationError(f"a user with email {email} exists already", field="email")
         uow.commit()
     return user_id
-
-
-def hash_token(token: str) -> str:
-    """The stored form of an API token."""
-    return hashlib.sha256(token.encode()).hexdigest()
-
-
-def create_token(uow_factory: UowFactory, email: str) -> str:
-    """Create an API token for a user; the token is returned once and stored hashed."""
-    token = "sb_" + secrets.token_urlsafe(32)
-    with uow_factory() as uow:
-        user = uow.users.get_user_by_email(email.strip())
-        if user is None:
-            raise NotFound(f"no user with email {email}")
-        uow.users.create_token(user.id, hash_token(token))
-        uow.commit()
-    return token
-
-
-def authenticate_token(
-    uow_factory: UowFactory, token: str, *, reads: ReadScope | None = None
-) -> UserRecord | None:
-    """The user a bearer token belongs to, or None (in the request's reader, if given)."""
-    if reads is not None:
-        return reads.reader().users.get_user_by_token(hash_token(token))
-    with uow_factory(read_only=True) as uow:
-        return uow.users.get_user_by_token(hash_token(token))
-
-
-def authenticate_password(uow_factory: UowFactory, email: str, password: str) -> UserRecord | None:
-    """The user with that email and password, or None."""
-    with uow_factory(read_only=True) as uow:
-        user = uow.users.get_user_by_email(email.strip())
-    if user is None or not check_password_hash(user.password_hash, password):
-        return None
-    return user
 
 
 def get_user(

@@ -24,6 +24,8 @@ from .repositories import (
     RecoveryRepository,
     Runs,
     RunsRepository,
+    SignInRepository,
+    TokenRepository,
     Users,
     UsersRepository,
     WorkersRepository,
@@ -44,6 +46,8 @@ class ReadUnit(Protocol):
     def exports(self) -> ExportRepository: ...
     @property
     def spending(self) -> SpendingRepository: ...
+    @property
+    def tokens(self) -> TokenRepository: ...
 
     def __enter__(self) -> Self: ...
     def __exit__(
@@ -64,6 +68,8 @@ class WriteUnit(ReadUnit, Protocol):
     def runs(self) -> Runs: ...
     @property
     def locks(self) -> LockRepository: ...
+    @property
+    def sign_ins(self) -> SignInRepository: ...
 
     def commit(self) -> None: ...
 
@@ -84,6 +90,7 @@ class _Unit:
         self.exports = ExportRepository(self.session)
         self.locks = LockRepository(self.session)
         self.spending = SpendingRepository(self.session)
+        self.tokens = TokenRepository(self.session)
 
     def __exit__(
         self,
@@ -116,6 +123,7 @@ class Writer(_Unit):
         self.jobs = JobsRepository(self.session)
         self.runs = RunsRepository(self.session)
         self.workers = WorkersRepository(self.session)
+        self.sign_ins = SignInRepository(self.session)
         return self
 
     def commit(self) -> None:

@@ -33,6 +33,7 @@ from playwright.sync_api import (
 )
 
 from tests.conftest import IN_CI
+from tests.support.csp import CspWatch
 from tests.support.fake_provider import FakeProvider
 from tests.support.server import (
     ADMIN_EMAIL,
@@ -134,14 +135,18 @@ def fake_server(
 
 
 def new_tab(browser: Browser, base_url: str) -> Iterator[Page]:
-    """A fresh browser context (no cookies) on ``base_url``, with a desktop viewport."""
+    """A fresh browser context (no cookies) on ``base_url``, with a desktop viewport; fails
+    the test on any Content-Security-Policy violation."""
     context = browser.new_context(base_url=base_url, viewport={"width": 1280, "height": 900})
     context.set_default_timeout(20_000)
+    csp = CspWatch(context)
     tab = context.new_page()
     try:
         yield tab
     finally:
         context.close()
+    # The pages must work under their Content-Security-Policy: no inline script or style.
+    assert csp.violations == []
 
 
 @pytest.fixture

@@ -27,7 +27,7 @@ from speechbatch import create_app
 from speechbatch.app import Services
 from speechbatch.config import Settings
 from speechbatch.db import ago
-from speechbatch.exports import JOB_TYPE, RECOVERED_MESSAGE, wait_for_exports
+from speechbatch.exports import JOB_TYPE, RECOVERED_MESSAGE, spreadsheet_safe, wait_for_exports
 from speechbatch.locks import ExportRepository, LockRepository, exports, job_locks
 from speechbatch.models import Item
 from speechbatch.repositories import UserRecord
@@ -488,3 +488,21 @@ def test_session_api_write_needs_the_csrf_header(
     assert refused.get_json()["error"]["code"] == "bad_request"
     assert accepted.status_code == 202
     wait_ended(client, {}, accepted.get_json()["id"])
+
+
+def test_manifest_cells_that_a_spreadsheet_would_run_are_escaped(
+    client: FlaskClient, auth: dict[str, str]
+) -> None:
+    texts = ["=HYPERLINK(1)", "+1+1", "-2+3", "@SUM(A1)", "plain - text"]
+    finished_job(client, auth, texts)
+    done = wait_ended(client, auth, start(client, auth)["id"])
+    _, _, data = download(client, done["download_url"], auth)
+    manifest = zipfile.ZipFile(io.BytesIO(data)).read("manifest.csv").decode()
+    cells = sorted(row["text"] for row in csv.DictReader(io.StringIO(manifest)))
+    assert cells == sorted(["'=HYPERLINK(1)", "'+1+1", "'-2+3", "'@SUM(A1)", "plain - text"])
+
+
+@pytest.mark.parametrize("cell", ["=1", "+1", "-1", "@1", "\t1", "\r1"])
+def test_spreadsheet_safe_escapes_each_formula_start(cell: str) -> None:
+    assert spreadsheet_safe(cell) == "'" + cell
+    assert spreadsheet_safe("a" + cell) == "a" + cell

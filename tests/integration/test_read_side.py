@@ -24,7 +24,7 @@ def test_a_write_inside_a_reader_fails(svc: Services, admin: UserRecord) -> None
 
 def test_a_repository_write_inside_a_reader_fails(svc: Services, admin: UserRecord) -> None:
     with svc.uow_factory(read_only=True) as uow, pytest.raises(DBAPIError):
-        uow.users.create_token(admin.id, "0" * 64)
+        uow.tokens.create(admin.id, "0" * 64, "reader", "sb_0000")
 
 
 def test_a_reader_has_no_commit(svc: Services) -> None:

@@ -2,14 +2,23 @@
 
 from __future__ import annotations
 
+import stat
+from pathlib import Path
+
 import pytest
 
 from speechbatch.config import OPENAI_VOICES, Settings
 from speechbatch.errors import ConfigError
 
 
-def test_defaults() -> None:
-    s = Settings.from_env({})
+@pytest.fixture(autouse=True)
+def _instance_in_tmp(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The default instance folder (relative to the working directory) is the test's own."""
+    monkeypatch.chdir(tmp_path)
+
+
+def test_defaults(tmp_path: Path) -> None:
+    s = Settings.from_env({}, instance_dir=tmp_path)
     assert s.tts_provider == "espeak"
     assert s.lease_seconds == 1800 and s.worker_dead_seconds == 60
     assert s.item_concurrency == 4 and s.tts_max_attempts == 4 and s.tts_timeout_seconds == 60
@@ -64,3 +73,33 @@ def test_lease_must_exceed_one_items_worst_case() -> None:
     with pytest.raises(ConfigError, match="LEASE_SECONDS"):
         Settings.from_env({"SPEECHBATCH_LEASE_SECONDS": "420"})
     assert Settings.from_env({"SPEECHBATCH_LEASE_SECONDS": "421"}).lease_seconds == 421
+
+
+def test_development_key_is_made_once_in_the_instance_folder(tmp_path: Path) -> None:
+    first = Settings.from_env({}, instance_dir=tmp_path)
+    second = Settings.from_env({}, instance_dir=tmp_path)
+    assert first.secret_key == second.secret_key == (tmp_path / "secret_key").read_text()
+    assert len(first.secret_key) >= 32
+
+
+def test_development_key_file_is_private(tmp_path: Path) -> None:
+    Settings.from_env({}, instance_dir=tmp_path)
+    assert stat.S_IMODE((tmp_path / "secret_key").stat().st_mode) == 0o600
+
+
+def test_secret_key_from_the_environment_wins_over_the_file(tmp_path: Path) -> None:
+    s = Settings.from_env({"SPEECHBATCH_SECRET_KEY": "from-env"}, instance_dir=tmp_path)
+    assert s.secret_key == "from-env"
+    assert not (tmp_path / "secret_key").exists()
+
+
+def test_production_requires_a_secret_key(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="SPEECHBATCH_SECRET_KEY is required"):
+        Settings.from_env({"SPEECHBATCH_ENV": "production"}, instance_dir=tmp_path)
+    assert not (tmp_path / "secret_key").exists()
+
+
+@pytest.mark.parametrize("value", ["prod", "dev", "Production", "staging"])
+def test_unknown_environment_stops_the_app(tmp_path: Path, value: str) -> None:
+    with pytest.raises(ConfigError, match="SPEECHBATCH_ENV must be one of development, production"):
+        Settings.from_env({"SPEECHBATCH_ENV": value}, instance_dir=tmp_path)

@@ -9,19 +9,26 @@ from __future__ import annotations
 from .jobs import Jobs, JobsRepository
 from .recovery import Recovery, RecoveryRepository, StaleJob
 from .runs import Runs, RunsRepository, StartedItem
+from .sign_ins import AttemptCount, SignInRepository
 from .tables import audio_url
+from .tokens import TokenOwner, TokenRecord, TokenRepository
 from .users import UserRecord, Users, UsersRepository
 from .workers import Workers, WorkersRepository
 
 __all__ = [
+    "AttemptCount",
     "Jobs",
     "JobsRepository",
     "Recovery",
     "RecoveryRepository",
     "Runs",
     "RunsRepository",
+    "SignInRepository",
     "StaleJob",
     "StartedItem",
+    "TokenOwner",
+    "TokenRecord",
+    "TokenRepository",
     "UserRecord",
     "Users",
     "UsersRepository",

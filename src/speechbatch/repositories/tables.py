@@ -6,7 +6,17 @@ from typing import cast
 
 from sqlalchemy import Column, Table
 
-from ..models import ApiToken, Item, ItemStatus, Job, Organization, Run, User, Worker
+from ..models import (
+    ApiToken,
+    Item,
+    ItemStatus,
+    Job,
+    Organization,
+    Run,
+    SignInThrottle,
+    User,
+    Worker,
+)
 
 jobs = cast(Table, Job.__table__)
 items = cast(Table, Item.__table__)
@@ -15,6 +25,7 @@ workers = cast(Table, Worker.__table__)
 users = cast(Table, User.__table__)
 organizations = cast(Table, Organization.__table__)
 api_tokens = cast(Table, ApiToken.__table__)
+sign_in_throttles = cast(Table, SignInThrottle.__table__)
 
 # The job row's progress counter of each item status.
 COUNTERS: dict[str, Column[int]] = {

@@ -1,4 +1,4 @@
-"""Organizations, users and their API tokens."""
+"""Organizations and users (API tokens have their own repository: tokens)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from sqlalchemy import ColumnElement, func, insert, select
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
-from .tables import api_tokens, organizations, users
+from .tables import organizations, users
 
 
 @dataclass(frozen=True)
@@ -23,18 +23,16 @@ class UserRecord:
 
 
 class Users(Protocol):
-    """What the services need of users (and, for now, of tokens)."""
+    """What the services need of users."""
 
     def get_or_create_organization(self, slug: str) -> int: ...
     def create_user(self, organization_id: int, email: str, password_hash: str) -> int | None: ...
     def get_user_by_email(self, email: str) -> UserRecord | None: ...
     def get_user(self, user_id: int) -> UserRecord | None: ...
-    def create_token(self, user_id: int, token_hash: str) -> None: ...
-    def get_user_by_token(self, token_hash: str) -> UserRecord | None: ...
 
 
 class UsersRepository:
-    """Users, their organizations and (minimal) token lookups, over one session."""
+    """Users and their organizations, over one session."""
 
     def __init__(self, session: Session) -> None:
         self.session = session
@@ -87,15 +85,3 @@ class UsersRepository:
     def get_user(self, user_id: int) -> UserRecord | None:
         """Find a user by id."""
         return self._user_where(users.c.id == user_id)
-
-    def create_token(self, user_id: int, token_hash: str) -> None:
-        """Store the hash of a new API token."""
-        self.session.execute(insert(api_tokens).values(user_id=user_id, token_hash=token_hash))
-
-    def get_user_by_token(self, token_hash: str) -> UserRecord | None:
-        """Find the user that owns a token hash."""
-        return self._user_where(
-            users.c.id.in_(
-                select(api_tokens.c.user_id).where(api_tokens.c.token_hash == token_hash)
-            )
-        )

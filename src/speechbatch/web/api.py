@@ -46,7 +46,7 @@ def current() -> UserRecord:
     return g.user
 
 
-def _json_body() -> dict[str, Any]:
+def json_body() -> dict[str, Any]:
     try:
         body = request.get_json(silent=True, force=True)
     except RecursionError:
@@ -121,7 +121,7 @@ def list_jobs() -> Response:
 def create_job() -> tuple[Response, int]:
     """Create a PENDING job."""
     s = services()
-    body = _json_body()
+    body = json_body()
     job_id = svc.create_job(
         s.uow_factory, current(), body.get("title"), body.get("voice"), body.get("items"), s.limits
     )

@@ -6,9 +6,10 @@ import logging
 
 from flask import Flask, current_app, g, request, session
 
+from ..accounts import authenticate_token
 from ..app import Services
 from ..repositories import UserRecord
-from ..services import authenticate_token, get_user
+from ..services import get_user
 from ..uow import ReadScope
 
 log = logging.getLogger(__name__)

@@ -4,10 +4,18 @@ from __future__ import annotations
 
 import logging
 
-from flask import Flask, Response, jsonify, render_template, request
+from flask import (
+    Flask,
+    Response,
+    current_app,
+    jsonify,
+    make_response,
+    render_template,
+    request,
+)
 from flask_wtf.csrf import CSRFError
 from sqlalchemy.exc import OperationalError
-from werkzeug.exceptions import HTTPException
+from werkzeug.exceptions import HTTPException, MethodNotAllowed
 
 from ..errors import SpeechbatchError
 
@@ -23,6 +31,15 @@ HTTP_CODES = {
     413: "payload_too_large",
     422: "validation_error",
 }
+
+
+def describe_size(size: int) -> str:
+    """A byte count in words: ``25 MiB``, ``500 kB``, ``12 bytes``."""
+    if size >= 1024 * 1024 and size % (1024 * 1024) == 0:
+        return f"{size // (1024 * 1024)} MiB"
+    if size >= 1024:
+        return f"{size / 1024:g} KiB"
+    return f"{size} bytes"
 
 
 def error_response(status: int, code: str, message: str) -> tuple[Response, int]:
@@ -58,16 +75,27 @@ def register(app: Flask) -> None:
         return _page(400, message)
 
     @app.errorhandler(HTTPException)
-    def http_error(exc: HTTPException) -> tuple[Response | str, int] | HTTPException:
+    def http_error(
+        exc: HTTPException,
+    ) -> tuple[Response | str, int] | Response | HTTPException:
         status = exc.code or 500
         if status < 400:
             return exc
         message = exc.description or exc.name
         if status == 413:
-            message = "the request body is too large (25 MiB at most)"
-        if wants_json():
-            return error_response(status, HTTP_CODES.get(status, "error"), message)
-        return _page(status, message)
+            limit = current_app.extensions["speechbatch"].settings.max_content_length
+            message = f"the request is too large: {describe_size(limit)} at most"
+        answer = (
+            error_response(status, HTTP_CODES.get(status, "error"), message)
+            if wants_json()
+            else _page(status, message)
+        )
+        if isinstance(exc, MethodNotAllowed) and exc.valid_methods:
+            # RFC 9110: a 405 says which methods the resource does support.
+            response = make_response(answer)
+            response.headers["Allow"] = ", ".join(exc.valid_methods)
+            return response
+        return answer
 
     @app.errorhandler(OperationalError)
     def database_unavailable(exc: OperationalError) -> tuple[Response | str, int]:

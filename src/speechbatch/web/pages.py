@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import math
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from functools import wraps
 from typing import Any
 from urllib.parse import urlsplit
@@ -11,6 +11,7 @@ from urllib.parse import urlsplit
 from flask import (
     Blueprint,
     flash,
+    make_response,
     redirect,
     render_template,
     request,
@@ -20,8 +21,9 @@ from flask import (
 from werkzeug.datastructures import FileStorage
 from werkzeug.wrappers import Response
 
+from .. import accounts
 from .. import services as svc
-from ..errors import Conflict, ValidationError
+from ..errors import Conflict, NotFound, TooManySignIns, ValidationError
 from ..models import ItemStatus, JobStatus, RunOutcome
 from ..repositories import UserRecord
 from .context import reads, services, session_user
@@ -159,7 +161,17 @@ def login() -> PageResponse:
         return render_template("login.html", email="", next=next_url, error=None)
     email = request.form.get("email", "").strip()
     password = request.form.get("password", "")
-    user = svc.authenticate_password(services().uow_factory, email, password) if email else None
+    try:
+        user = (
+            accounts.sign_in(services().uow_factory, email, password, request.remote_addr or "")
+            if email
+            else None
+        )
+    except TooManySignIns as exc:
+        until = datetime.now(UTC) + timedelta(seconds=exc.retry_after_seconds)
+        error = f"{exc.message} (after {until:%H:%M} UTC)"
+        page = render_template("login.html", email=email, next=next_url, error=error)
+        return make_response(page, 429, {"Retry-After": str(exc.retry_after_seconds)})
     if user is None:
         error = "Wrong email or password."
         return render_template("login.html", email=email, next=next_url, error=error), 401
@@ -357,3 +369,43 @@ def generate(job_id: int) -> Response:
 def regenerate(job_id: int) -> Response:
     """Regenerate: send every item again (each is billed again)."""
     return _start(job_id, regenerate=True)
+
+
+# --- API tokens -----------------------------------------------------------------------
+
+
+def _tokens_page(created: dict[str, Any] | None = None, error: str | None = None) -> PageResponse:
+    tokens = accounts.list_tokens(services().uow_factory, current(), reads=reads())
+    page = render_template("tokens.html", tokens=tokens, created=created, error=error)
+    return (page, 422) if error else page
+
+
+@bp.get("/tokens")
+@login_required
+def tokens() -> PageResponse:
+    """The signed-in admin's API tokens, with a form that creates one."""
+    return _tokens_page()
+
+
+@bp.post("/tokens")
+@login_required
+def create_token() -> PageResponse:
+    """Create a token and show its secret on this answer only (it is stored hashed)."""
+    try:
+        created = accounts.issue_token(services().uow_factory, current(), request.form.get("name"))
+    except ValidationError as exc:
+        return _tokens_page(error=exc.message)
+    return _tokens_page(created=created)
+
+
+@bp.post("/tokens/<int:token_id>/revoke")
+@login_required
+def revoke_token(token_id: int) -> Response:
+    """Revoke a token: it stops working at once, in every process."""
+    try:
+        accounts.revoke_token(services().uow_factory, current(), token_id)
+    except NotFound:
+        flash("That token does not exist or is already revoked.", "error")
+    else:
+        flash("Token revoked: it no longer works.", "ok")
+    return redirect(url_for("pages.tokens"))

@@ -1,0 +1,140 @@
+"""Sign-in throttling: 5 failures per email and client address in 15 minutes, in the DB."""
+
+from __future__ import annotations
+
+import logging
+import threading
+
+import pytest
+from flask import Flask
+from flask.testing import FlaskClient
+from sqlalchemy import select, update
+from werkzeug.test import TestResponse
+
+from speechbatch.accounts import sign_in
+from speechbatch.app import Services
+from speechbatch.db import ago
+from speechbatch.errors import TooManySignIns
+from speechbatch.models import SignInThrottle
+from speechbatch.repositories import UserRecord
+from tests.integration.test_pages import PASSWORD, csrf_from, text_of
+
+EMAIL = "admin@acme.test"
+
+
+def attempt(
+    client: FlaskClient, password: str, address: str = "10.0.0.1", email: str = EMAIL
+) -> TestResponse:
+    """One POST /login from ``address``."""
+    data = {"email": email, "password": password, "csrf_token": csrf_from(client)}
+    return client.post("/login", data=data, environ_base={"REMOTE_ADDR": address})
+
+
+def fail_five_times(client: FlaskClient, address: str = "10.0.0.1") -> None:
+    for _ in range(5):
+        assert attempt(client, "wrong-password", address).status_code == 401
+
+
+def test_sixth_attempt_is_429_even_with_the_right_password(
+    client: FlaskClient, admin: UserRecord
+) -> None:
+    fail_five_times(client)
+    response = attempt(client, PASSWORD)
+    assert response.status_code == 429
+    assert 14 * 60 < int(response.headers["Retry-After"]) <= 15 * 60
+    assert "Try again in 15 minutes" in text_of(response)
+    assert "user_id" not in str(client.get_cookie("session"))
+
+
+def test_four_failures_still_let_the_right_password_in(
+    client: FlaskClient, admin: UserRecord
+) -> None:
+    for _ in range(4):
+        attempt(client, "wrong-password")
+    assert attempt(client, PASSWORD).status_code == 302
+
+
+def test_a_success_clears_the_count(client: FlaskClient, admin: UserRecord) -> None:
+    for _ in range(4):
+        attempt(client, "wrong-password")
+    assert attempt(client, PASSWORD).status_code == 302
+    client.post("/logout", data={"csrf_token": csrf_from(client, "/jobs/new")})
+    for _ in range(4):
+        assert attempt(client, "wrong-password").status_code == 401
+    assert attempt(client, PASSWORD).status_code == 302
+
+
+def test_another_address_is_not_throttled(client: FlaskClient, admin: UserRecord) -> None:
+    fail_five_times(client, "10.0.0.1")
+    assert attempt(client, PASSWORD, "10.0.0.2").status_code == 302
+
+
+def test_another_email_is_not_throttled(
+    client: FlaskClient, admin: UserRecord, svc: Services
+) -> None:
+    fail_five_times(client)
+    assert attempt(client, "wrong", email="nobody@acme.test").status_code == 401
+
+
+def test_email_case_does_not_dodge_the_throttle(client: FlaskClient, admin: UserRecord) -> None:
+    fail_five_times(client)
+    assert attempt(client, PASSWORD, email=EMAIL.upper()).status_code == 429
+
+
+def test_throttle_ends_with_the_window(
+    client: FlaskClient, admin: UserRecord, svc: Services
+) -> None:
+    fail_five_times(client)
+    with svc.uow_factory() as uow:
+        uow.session.execute(update(SignInThrottle).values(window_started_at=ago(15 * 60 + 1)))
+        uow.commit()
+    assert attempt(client, PASSWORD).status_code == 302
+
+
+def test_sign_ins_are_logged_without_the_password(
+    client: FlaskClient, admin: UserRecord, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.INFO, logger="speechbatch.accounts")
+    attempt(client, "secret-guess-1")
+    attempt(client, PASSWORD)
+    logged = caplog.text
+    assert "sign-in failed" in logged and "sign-in succeeded" in logged
+    assert "secret-guess-1" not in logged and PASSWORD not in logged
+
+
+def test_a_burst_of_guesses_gets_no_more_than_five_tries(
+    app: Flask, admin: UserRecord, svc: Services
+) -> None:
+    # Ten guesses at once, as from ten processes: each attempt is counted before the
+    # password is checked, so exactly five are checked and five refused.
+    barrier = threading.Barrier(10)
+    outcomes: list[str] = []
+
+    def guess() -> None:
+        barrier.wait()
+        try:
+            user = sign_in(svc.uow_factory, EMAIL, "wrong-password", "10.9.9.9")
+            outcomes.append("checked" if user is None else "signed in")
+        except TooManySignIns:
+            outcomes.append("refused")
+
+    threads = [threading.Thread(target=guess) for _ in range(10)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(30)
+    assert sorted(outcomes) == ["checked"] * 5 + ["refused"] * 5
+
+
+def test_a_success_sweeps_tallies_of_ended_windows(
+    client: FlaskClient, admin: UserRecord, svc: Services
+) -> None:
+    attempt(client, "wrong-password", "10.0.0.7")
+    with svc.uow_factory() as uow:
+        uow.session.execute(update(SignInThrottle).values(window_started_at=ago(15 * 60 + 1)))
+        uow.commit()
+    attempt(client, "wrong-password", "10.0.0.8")
+    assert attempt(client, PASSWORD, "10.0.0.9").status_code == 302
+    with svc.uow_factory() as uow:
+        left = uow.session.execute(select(SignInThrottle.client_address)).scalars().all()
+    assert left == ["10.0.0.8"]
