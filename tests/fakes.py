@@ -30,12 +30,16 @@ class FakeProvider:
         self.fail_texts: dict[str, Exception] = {}
         self.gate: threading.Event | None = None  # when set, calls wait for it
         self.in_flight = 0
+        self.max_in_flight = 0
+        self.started: list[tuple[str, float]] = []  # (text, time.monotonic()) per call
         self._lock = threading.Lock()
 
     def synthesize(self, text: str, voice: str) -> bytes:
         with self._lock:
             self.calls[text] += 1
             self.in_flight += 1
+            self.max_in_flight = max(self.max_in_flight, self.in_flight)
+            self.started.append((text, time.monotonic()))
         try:
             if self.gate is not None:
                 self.gate.wait(30)
@@ -63,3 +67,8 @@ def permanent(message: str = "bad input") -> PermanentProviderError:
 def retryable(message: str = "overloaded") -> RetryableProviderError:
     """A transient provider failure."""
     return RetryableProviderError(message, status=503)
+
+
+def rate_limited(retry_after: float) -> RetryableProviderError:
+    """A 429 with Retry-After."""
+    return RetryableProviderError("rate limited", status=429, retry_after=retry_after)

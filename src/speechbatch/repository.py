@@ -287,15 +287,21 @@ class Repository:
         regenerate: bool,
         user_id: int | None,
         worker_id: int | None,
+        kind: str | None = None,
+        expected_attempt: int | None = None,
     ) -> int | None:
         """Flip a claimable job to GENERATING, open its run; return the new attempt or None.
 
         One conditional UPDATE decides: PENDING or FAILED (and COMPLETED when
         regenerating) with, for a plain generate, at least one item not DONE. Zero rows
-        means somebody else holds it or there is nothing to do.
+        means somebody else holds it or there is nothing to do. ``kind`` names the run
+        (default: generate or regenerate); with ``expected_attempt`` the claim wins only
+        if no other claim came since that attempt was read (a resume by the system).
         """
         claimable = [JobStatus.PENDING, JobStatus.FAILED]
         where = [jobs.c.id == job_id, jobs.c.organization_id == organization_id]
+        if expected_attempt is not None:
+            where.append(jobs.c.attempt == expected_attempt)
         if regenerate:
             claimable.append(JobStatus.COMPLETED)
         else:
@@ -324,7 +330,7 @@ class Repository:
         if not regenerate:
             reset = reset.where(items.c.status != ItemStatus.DONE)
         run = {
-            "kind": "regenerate" if regenerate else "generate",
+            "kind": kind or ("regenerate" if regenerate else "generate"),
             "started_by_id": user_id,
             "worker_id": worker_id,
             "outcome": RunOutcome.RUNNING,

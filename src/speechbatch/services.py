@@ -17,6 +17,7 @@ from . import metrics
 from .config import Settings
 from .errors import AlreadyGenerating, NotFound, NothingToGenerate, ValidationError
 from .models import JobStatus
+from .repositories.slots import SlotRepository
 from .repository import UserRecord
 from .runner import Runner
 from .spending import check_budget
@@ -249,6 +250,10 @@ def get_job(
             lease_seconds=settings.lease_seconds,
             worker_dead_seconds=settings.worker_dead_seconds,
         )
+        if view is not None and view["status"] == JobStatus.GENERATING:
+            slot, pace = SlotRepository(uow.session).waiting(job_id)
+            view["lease"]["waiting_for_slot"] = slot
+            view["lease"]["waiting_for_pace"] = pace
     if view is None:
         raise NotFound("job not found")
     # The common read costs one transaction; only a job that looks dead (or has orphan
@@ -270,6 +275,9 @@ def with_lease_expiry(view: dict[str, Any], settings: Settings) -> dict[str, Any
     lease["worker_dead_seconds"] = settings.worker_dead_seconds
     lease["expires_at"] = None
     lease["worker_expires_at"] = None
+    # Items waiting for a deployment-wide provider slot or the pace (see slots.py).
+    lease.setdefault("waiting_for_slot", 0)
+    lease.setdefault("waiting_for_pace", 0)
     if live:
         last = datetime.fromisoformat(lease["last_progress_at"])
         lease["expires_at"] = (last + timedelta(seconds=settings.lease_seconds)).isoformat()

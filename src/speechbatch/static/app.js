@@ -86,6 +86,18 @@
     bar.querySelector(".progress-done").style.width = percent(p, "done") + "%";
     bar.querySelector(".progress-error").style.width = percent(p, "error") + "%";
 
+    var waiting = document.getElementById("job-waiting");
+    if (waiting) {
+      var lease = job.lease || {};
+      var parts = [];
+      if (lease.waiting_for_slot) {
+        parts.push(lease.waiting_for_slot + " waiting for a provider slot (shared by every job)");
+      }
+      if (lease.waiting_for_pace) parts.push(lease.waiting_for_pace + " waiting for the provider's pace");
+      waiting.textContent = parts.join(" · ");
+      waiting.hidden = job.status !== "GENERATING" || !parts.length;
+    }
+
     var info = notice(job);
     var error = document.getElementById("job-error");
     error.textContent = job.error_message || "";
@@ -165,7 +177,7 @@
       tr.append(
         el("td", "", run.attempt),
         el("td", "", run.kind || ""),
-        el("td", "", run.started_by || ""),
+        el("td", "", run.kind === "resume" ? "resumed automatically after a restart" : run.started_by || ""),
         el("td", "mono", run.worker || ""),
         el("td"),
         el("td", "nowrap", billed(run)),
