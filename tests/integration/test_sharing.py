@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Callable, Iterator
-from typing import Any
 
 import pytest
 
@@ -29,22 +28,6 @@ def two_processes(settings: Settings) -> Iterator[tuple[Services, Services, Fake
     apps = [services(create_app(shared, provider=provider)) for _ in range(2)]
     yield apps[0], apps[1], provider
     for svc in apps:
-        svc.runner.drain(5)
-        svc.engine.dispose()
-
-
-@pytest.fixture
-def make_svc(settings: Settings, provider: FakeProvider) -> Iterator[Callable[..., Services]]:
-    """Build the app with changed settings (drained and closed after the test)."""
-    built: list[Services] = []
-
-    def make(**changes: Any) -> Services:
-        svc = services(create_app(with_settings(settings, **changes), provider=provider))
-        built.append(svc)
-        return svc
-
-    yield make
-    for svc in built:
         svc.runner.drain(5)
         svc.engine.dispose()
 
