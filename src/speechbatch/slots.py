@@ -54,6 +54,10 @@ class ProviderGate:
         self.settings = settings
         self._worker_id = worker_id
         self._released = threading.Condition()
+        # Per job: held by the one thread of this process that asks the database for a
+        # slot for that job, and how many threads of the job are waiting.
+        self._heads: dict[int, tuple[threading.Lock, int]] = {}
+        self._heads_guard = threading.Lock()
         self._pause_lock = threading.Lock()
         self._paused_until = 0.0  # time.monotonic() until which starts are paused
         self._pause_checked_at = float("-inf")
@@ -84,7 +88,7 @@ class ProviderGate:
             # The slot comes back anyway after max_hold_seconds.
             log.exception("could not release provider slot %s", grant.slot)
         with self._released:
-            self._released.notify_all()
+            self._released.notify_all()  # every job's poller may ask again
 
     def pause(self, seconds: float) -> None:
         """Pause new starts across the deployment for ``seconds`` (a 429's Retry-After)."""
@@ -152,13 +156,44 @@ class ProviderGate:
             holder.release()
 
     def _acquire(self, holder: Holder, waiting: _Waiting) -> SlotGrant:
-        job_id, attempt, stopping = holder.job_id, holder.attempt, holder.stopping
-        delay = 0.01
+        """Take a slot, waiting as long as it takes (until the run stops or is fenced).
+
+        Per job, one thread of this process at a time asks the database (the job's
+        poller); the job's other threads wait for that role. So fifty threads waiting
+        cost the database what one does, each try stays as quick as an uncontended one,
+        and a job over its fair share does not keep another job's thread from asking.
+        """
+        with self._heads_guard:
+            head, users = self._heads.get(holder.job_id, (threading.Lock(), 0))
+            self._heads[holder.job_id] = (head, users + 1)
+        try:
+            while True:
+                self._check(holder)
+                if head.acquire(timeout=MAX_POLL_SECONDS):
+                    try:
+                        return self._poll(holder, waiting)
+                    finally:
+                        head.release()
+                waiting.set("slot")
+        finally:
+            with self._heads_guard:
+                head, users = self._heads[holder.job_id]
+                if users <= 1:
+                    del self._heads[holder.job_id]
+                else:
+                    self._heads[holder.job_id] = (head, users - 1)
+
+    def _check(self, holder: Holder) -> None:
+        if holder.stopping():
+            raise CallNotStarted()
+        holder.keep_fence()
+
+    def _poll(self, holder: Holder, waiting: _Waiting) -> SlotGrant:
+        """As the job's poller: ask until granted; a local release wakes it at once."""
+        delay = 0.005
         while True:
-            if stopping():
-                raise CallNotStarted()
-            holder.keep_fence()
-            grant = self._try_acquire(job_id, attempt)
+            self._check(holder)
+            grant = self._try_acquire(holder.job_id, holder.attempt)
             if grant is not None:
                 return grant
             waiting.set("slot")
