@@ -140,6 +140,11 @@ class FakeRepository:
     def recover_orphan_items(self, job_id: int, message: str) -> bool:
         return False
 
+    def anything_to_recover(
+        self, organization_id: int, *, lease_seconds: float, worker_dead_seconds: float
+    ) -> bool:
+        return bool(self.stale)
+
     # Views
     def ping(self) -> None:
         pass

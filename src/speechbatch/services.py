@@ -422,14 +422,12 @@ def read_jobs(
     page = _bounded("page", page, 1, 1, None)
     per_page = _bounded("per_page", per_page, DEFAULT_JOBS_PAGE, 1, MAX_PAGE)
     reader = reads.reader()
-    # Lists recover dead jobs before answering; the common read only looks.
-    stale = reader.recovery.find_stale_jobs(
+    # Lists recover dead jobs before answering; the common read only looks (one statement).
+    if reader.recovery.anything_to_recover(
+        user.organization_id,
         lease_seconds=settings.lease_seconds,
         worker_dead_seconds=settings.worker_dead_seconds,
-        organization_id=user.organization_id,
-    )
-    orphans = reader.recovery.find_orphan_item_jobs(organization_id=user.organization_id)
-    if stale or orphans:
+    ):
         reads.close()
         recover_stale(uow_factory, settings, organization_id=user.organization_id)
         reader = reads.reader()
