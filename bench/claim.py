@@ -1,11 +1,11 @@
 """Claim benchmark: 50 concurrent clicks on one PENDING job, and claim latency.
 
 1. Contention: 50 threads, each with its own session (and its own pooled connection,
-   checked out before the start line), call ``Repository.claim_job`` on the same PENDING
+   checked out before the start line), call ``JobsRepository.claim_job`` on the same PENDING
    job at the same instant (a barrier) and commit if they won. Exactly one winner per
    trial; the job is reset to PENDING between trials.
-2. Latency: one uncontended claim + commit in a UnitOfWork, against a bare single-row
-   ``UPDATE t SET n = n + 1 WHERE id = 1 RETURNING n`` + commit in a UnitOfWork on the same
+2. Latency: one uncontended claim + commit in a Writer, against a bare single-row
+   ``UPDATE t SET n = n + 1 WHERE id = 1 RETURNING n`` + commit in a Writer on the same
    database and engine. Interleaved, so machine noise hits both alike; target p50 and p99
    within 1.5x.
 
@@ -33,16 +33,17 @@ from sqlalchemy import text, update
 
 from speechbatch.db import make_engine, make_session_factory
 from speechbatch.models import JobStatus
-from speechbatch.repository import Repository, jobs
-from speechbatch.uow import UnitOfWork
+from speechbatch.repositories import JobsRepository
+from speechbatch.repositories.tables import jobs
+from speechbatch.uow import Writer
 
 LATENCY_TARGET = 1.5
 
 
 def _setup(session_factory: Any, n_items: int) -> tuple[int, int]:
-    with UnitOfWork(session_factory) as uow:
-        org = uow.repo.get_or_create_organization("bench")
-        job = uow.repo.create_job(
+    with Writer(session_factory) as uow:
+        org = uow.users.get_or_create_organization("bench")
+        job = uow.jobs.create_job(
             org, None, "claim bench", "alloy", [f"t{i}" for i in range(n_items)]
         )
         uow.session.execute(text("CREATE TABLE t (id integer PRIMARY KEY, n integer NOT NULL)"))
@@ -52,7 +53,7 @@ def _setup(session_factory: Any, n_items: int) -> tuple[int, int]:
 
 
 def _reset(session_factory: Any, job_id: int) -> None:
-    with UnitOfWork(session_factory) as uow:
+    with Writer(session_factory) as uow:
         uow.session.execute(
             update(jobs).where(jobs.c.id == job_id).values(status=JobStatus.PENDING)
         )
@@ -91,7 +92,7 @@ def contention(url: str, org: int, job_id: int, trials: int, clicks: int) -> dic
                 start.wait()
                 if stop.is_set():
                     return
-                attempt = Repository(session).claim_job(
+                attempt = JobsRepository(session).claim_job(
                     job_id, org, regenerate=False, user_id=None, worker_id=None
                 )
                 if attempt is not None:
@@ -117,7 +118,7 @@ def contention(url: str, org: int, job_id: int, trials: int, clicks: int) -> dic
     for t in threads:
         t.join()
     winners = [sum(1 for a in r if a is not None) for r in results]
-    with UnitOfWork(session_factory) as uow:
+    with Writer(session_factory) as uow:
         attempt = uow.session.execute(
             text("SELECT attempt FROM jobs WHERE id = :id"), {"id": job_id}
         ).scalar_one()
@@ -152,8 +153,8 @@ def latency(url: str, org: int, job_id: int, samples: int) -> dict[str, Any]:
 
     def one_claim() -> float:
         _reset(session_factory, job_id)
-        with Timer() as t, UnitOfWork(session_factory) as uow:
-            attempt = uow.repo.claim_job(
+        with Timer() as t, Writer(session_factory) as uow:
+            attempt = uow.jobs.claim_job(
                 job_id, org, regenerate=False, user_id=None, worker_id=None
             )
             assert attempt is not None
@@ -162,7 +163,7 @@ def latency(url: str, org: int, job_id: int, samples: int) -> dict[str, Any]:
 
     def one_bare() -> float:
         _reset(session_factory, job_id)  # the same untimed transaction before each
-        with Timer() as t, UnitOfWork(session_factory) as uow:
+        with Timer() as t, Writer(session_factory) as uow:
             uow.session.execute(bare).scalar_one()
             uow.commit()
         return t.seconds

@@ -1,212 +1,161 @@
-"""Polling benchmark: GET /api/jobs/ID (a COMPLETED 50-item job) against GET /healthz.
+"""Polling benchmark: status reads through gunicorn (one worker, 4 threads) on PostgreSQL.
 
-Drives ``wrk`` against ``gunicorn wsgi:app -w 2 --threads 4`` on a fresh PostgreSQL
-database. The token is made with ``flask --app wsgi create-token`` and sent with
-``-H "Authorization: Bearer ..."``. The job read includes the recovery check (every
-GET runs ``services.recover_stale`` first). Runs alternate healthz / job, several each,
-and medians are compared: target job req/s >= 0.5 x healthz req/s.
+Three COMPLETED jobs (10, 50 and 5,000 items) are made and run through the JSON API (a
+fake provider process answers at once). Then ``wrk`` runs against, in alternating order:
+``/healthz``; the full read of the 50-item job; and, for the 10- and the 5,000-item job,
+the full read, the summary (``?items=none``) and the conditional read (``If-None-Match``
+with the job's current ETag, which should answer 304). A Lua script counts the answers by
+status code. Medians of the rounds are compared inside this one run:
 
-Usage: python bench/polling.py [--rounds 3] [--duration 8] [--connections 8]
+- full read of the 50-item job / healthz, in requests per second: target >= 0.8;
+- per-read cost of the 5,000-item job / the 10-item job, for the 304 and the summary:
+  target <= 1.2 (the full read is reported, without a target).
+
+Usage: python bench/polling.py [--rounds 3] [--duration 5] [--connections 8]
 Needs wrk (apt-get install -y wrk).
 """
 
 from __future__ import annotations
 
 import argparse
-import json
 import logging
-import os
-import re
 import shutil
-import signal
-import socket
-import subprocess
 import sys
-import tempfile
-import time
-import urllib.request
 from typing import Any
 
-from _common import (
-    ROOT,
-    bench_settings,
-    fake_provider,
-    fresh_database,
-    median,
-    print_table,
-    verdict,
-    write_results,
+from _common import median, print_table, verdict, write_results
+from _http import (
+    App,
+    etag_of,
+    fake_provider_process,
+    gunicorn_app,
+    response_bytes,
+    run_job,
+    wrk,
 )
 
-from speechbatch import create_app
-from speechbatch import services as svc
-from speechbatch.app import Services
-
-TARGET = 0.5
-VENV_BIN = ROOT / ".venv" / "bin"
-EMAIL = "bench@bench.test"
+HEALTHZ_TARGET = 0.8
+FLAT_TARGET = 1.2
+SIZES = (10, 50, 5000)
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-def _flask(env: dict[str, str], *args: str) -> str:
-    out = subprocess.run(
-        [str(VENV_BIN / "flask"), "--app", "wsgi", *args],
-        cwd=ROOT,
-        env=env,
-        capture_output=True,
-        text=True,
-        check=True,
-        timeout=60,
-    )
-    return out.stdout
-
-
-def _completed_job(url: str, storage: str, items: int) -> int:
-    """Create and run a job to COMPLETED in this process (fake provider)."""
-    from batch import wait_for_runs
-
-    settings = bench_settings(url, storage)
-    app = create_app(settings, provider=fake_provider())
-    services: Services = app.extensions["speechbatch"]
-    try:
-        with services.uow_factory() as uow:
-            user = uow.repo.get_user_by_email(EMAIL)
-        assert user is not None
-        texts = [f"sentence number {i} of the polled job" for i in range(items)]
-        job_id = svc.create_job(
-            services.uow_factory, user, "polled", "alloy", texts, services.limits
-        )
-        svc.start_generation(services.uow_factory, settings, services.runner, user, job_id)
-        wait_for_runs(services, timeout=60)
-        view = svc.get_job(services.uow_factory, settings, user, job_id)
-        assert view["status"] == "COMPLETED" and len(view["items"]) == items
-    finally:
-        services.runner.drain(5.0)
-        services.engine.dispose()
-    return job_id
-
-
-def _wrk(url: str, duration: float, connections: int, headers: list[str]) -> dict[str, Any]:
-    cmd = ["wrk", "-t2", f"-c{connections}", f"-d{duration:g}s", "--latency"]
-    for h in headers:
-        cmd += ["-H", h]
-    out = subprocess.run(
-        [*cmd, url], capture_output=True, text=True, check=True, timeout=duration + 30
-    ).stdout
-    rps = float(re.search(r"Requests/sec:\s+([\d.]+)", out).group(1))  # type: ignore[union-attr]
-    non2xx = re.search(r"Non-2xx or 3xx responses:\s+(\d+)", out)
-    errors = re.search(r"Socket errors:.*", out)
-    p50 = re.search(r"\s50%\s+([\d.]+\w+)", out)
-    p99 = re.search(r"\s99%\s+([\d.]+\w+)", out)
-    return {
-        "requests_per_second": rps,
-        "non_2xx": int(non2xx.group(1)) if non2xx else 0,
-        "socket_errors": errors.group(0) if errors else None,
-        "latency_p50": p50.group(1) if p50 else None,
-        "latency_p99": p99.group(1) if p99 else None,
+def targets(app: App, job_ids: dict[int, int]) -> dict[str, tuple[str, list[str], int]]:
+    """name -> (url, headers, expected status)."""
+    auth = f"Authorization: Bearer {app.token}"
+    found: dict[str, tuple[str, list[str], int]] = {
+        "healthz": (f"{app.base_url}/healthz", [], 200),
+        "full 50": (f"{app.base_url}/api/jobs/{job_ids[50]}", [auth], 200),
     }
-
-
-def _wait_healthy(base: str, proc: subprocess.Popen[bytes], timeout: float = 30) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            raise RuntimeError("gunicorn exited during start")
-        try:
-            with urllib.request.urlopen(base + "/healthz", timeout=2) as r:
-                if r.status == 200:
-                    return
-        except OSError:
-            time.sleep(0.2)
-    raise TimeoutError("gunicorn did not become healthy")
+    for n in (10, 5000):
+        path = f"/api/jobs/{job_ids[n]}"
+        found[f"full {n}"] = (app.base_url + path, [auth], 200)
+        found[f"summary {n}"] = (f"{app.base_url}{path}?items=none", [auth], 200)
+        etag = etag_of(app, path)
+        # Without an ETag (code before conditional reads) the header matches nothing: a 200.
+        match = etag or '"none"'
+        found[f"304 {n}"] = (app.base_url + path, [auth, f"If-None-Match: {match}"],
+                             304 if etag else 200)  # fmt: skip
+    return found
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=3)
-    parser.add_argument("--duration", type=float, default=8.0)
+    parser.add_argument("--duration", type=float, default=5.0)
     parser.add_argument("--connections", type=int, default=8)
-    parser.add_argument("--items", type=int, default=50)
     args = parser.parse_args()
     if shutil.which("wrk") is None:
         sys.exit("wrk is missing: apt-get install -y wrk")
     logging.disable(logging.INFO)
-    results: dict[str, Any] = {"params": vars(args), "target_ratio": TARGET}
-    with fresh_database("postgresql", "polling") as url, tempfile.TemporaryDirectory() as tmp:
-        env = {
-            **os.environ,
-            "SPEECHBATCH_DATABASE_URL": url,
-            "SPEECHBATCH_STORAGE_DIR": tmp,
-            "SPEECHBATCH_SECRET_KEY": "bench-secret",
+    results: dict[str, Any] = {
+        "params": vars(args),
+        "targets": {"full50_vs_healthz": HEALTHZ_TARGET, "5000_vs_10_cost": FLAT_TARGET},
+    }
+    runs: dict[str, list[dict[str, Any]]] = {}
+    with (
+        fake_provider_process(0.0) as provider,
+        gunicorn_app(provider.url, workers=1, threads=4, ITEM_CONCURRENCY=8) as app,
+    ):
+        job_ids = {
+            n: run_job(app, [f"sentence number {i} of the polled job" for i in range(n)])
+            for n in SIZES
         }
-        _flask(env, "create-admin", "--org", "bench", "--email", EMAIL, "--password", "password-1")
-        token = _flask(env, "create-token", "--email", EMAIL).strip().splitlines()[-1]
-        job_id = _completed_job(url, tmp, args.items)
-        port = _free_port()
-        base = f"http://127.0.0.1:{port}"
-        proc = subprocess.Popen(
-            [str(VENV_BIN / "gunicorn"), "wsgi:app", "-w", "2", "--threads", "4",
-             "-b", f"127.0.0.1:{port}", "--log-level", "warning"],
-            cwd=ROOT, env=env,
-        )  # fmt: skip
-        try:
-            _wait_healthy(base, proc)
-            auth = f"Authorization: Bearer {token}"
-            req = urllib.request.Request(f"{base}/api/jobs/{job_id}", headers={
-                "Authorization": f"Bearer {token}"})  # fmt: skip
-            with urllib.request.urlopen(req, timeout=5) as r:
-                body = json.loads(r.read())
-            assert body["status"] == "COMPLETED" and len(body["items"]) == args.items
-            results["job_response_bytes"] = len(json.dumps(body))
-            targets = {
-                "healthz": (f"{base}/healthz", []),
-                "job": (f"{base}/api/jobs/{job_id}", [auth]),
-            }
-            for target, headers in targets.values():  # warm up both
-                _wrk(target, 2, args.connections, headers)
-            runs: dict[str, list[dict[str, Any]]] = {"healthz": [], "job": []}
-            for i in range(args.rounds):
-                order = ["healthz", "job"] if i % 2 == 0 else ["job", "healthz"]
-                for name in order:
-                    target, headers = targets[name]
-                    r = _wrk(target, args.duration, args.connections, headers)
-                    runs[name].append(r)
-                    print(f"round {i + 1} {name}: {r['requests_per_second']:.0f} req/s", flush=True)
-        finally:
-            proc.send_signal(signal.SIGTERM)
-            try:
-                proc.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
+        found = targets(app, job_ids)
+        results["response_bytes"] = {
+            name: response_bytes(app, url.removeprefix(app.base_url))
+            for name, (url, _, _) in found.items()
+            if name.startswith(("full", "summary"))
+        }
+        # What the job page reads per poll of a 5,000-item job: its summary and one page
+        # of 100 items (absent before GET /api/jobs/ID/items existed).
+        page = app.api.request("GET", f"/api/jobs/{job_ids[5000]}/items?offset=0&limit=100")
+        if page.status_code == 200:
+            results["response_bytes"]["items page of 100, 5000"] = len(page.content)
+        results["expected_status"] = {name: t[2] for name, t in found.items()}
+        for url, headers, _ in found.values():  # warm up every endpoint
+            wrk(url, 1, args.connections, headers)
+        names = list(found)
+        runs = {name: [] for name in names}
+        for i in range(args.rounds):
+            for name in names if i % 2 == 0 else reversed(names):
+                url, headers, _ = found[name]
+                r = wrk(url, args.duration, args.connections, headers)
+                runs[name].append(r)
+                print(
+                    f"round {i + 1} {name}: {r['requests_per_second']:.0f} req/s {r['statuses']}",
+                    flush=True,
+                )
     results["runs"] = runs
     med = {k: median([r["requests_per_second"] for r in v]) for k, v in runs.items()}
-    bad = sum(r["non_2xx"] for v in runs.values() for r in v)
+    unexpected = {
+        name: sum(n for code, n in r["statuses"].items() if int(code) != found[name][2])
+        for name, rs in runs.items()
+        for r in rs
+    }
     results["median_requests_per_second"] = med
-    results["ratio"] = med["job"] / med["healthz"]
-    results["non_2xx_total"] = bad
-    results["pass"] = results["ratio"] >= TARGET and bad == 0
+    ratios = {
+        "full50_vs_healthz": med["full 50"] / med["healthz"],
+        # Cost per read is 1 / rate: the 5,000-item read costs rate(10) / rate(5000) times more.
+        "cost_304_5000_vs_10": med["304 10"] / med["304 5000"],
+        "cost_summary_5000_vs_10": med["summary 10"] / med["summary 5000"],
+        "cost_full_5000_vs_10": med["full 10"] / med["full 5000"],
+    }
+    results["ratios"] = ratios
+    results["unexpected_statuses"] = unexpected
+    results["pass"] = {
+        "full50_vs_healthz": ratios["full50_vs_healthz"] >= HEALTHZ_TARGET,
+        "304_flat": ratios["cost_304_5000_vs_10"] <= FLAT_TARGET and found["304 5000"][2] == 304,
+        "summary_flat": ratios["cost_summary_5000_vs_10"] <= FLAT_TARGET,
+        "statuses_as_expected": not any(unexpected.values()),
+    }
     print_table(
-        f"Polling: wrk -t2 -c{args.connections} -d{args.duration:g}s against gunicorn -w 2 "
-        f"--threads 4 ({args.rounds} alternating runs each; target ratio >= {TARGET})",
-        ["endpoint", "runs req/s", "median req/s", "p50 latency (runs)", "non-2xx"],
+        f"Polling: wrk -t2 -c{args.connections} -d{args.duration:g}s against gunicorn -w 1 "
+        f"--threads 4 on PostgreSQL ({args.rounds} alternating runs each)",
+        ["endpoint", "runs req/s", "median req/s", "p50 latency (runs)", "statuses", "bytes"],
         [
             [
                 name,
                 " ".join(f"{r['requests_per_second']:.0f}" for r in runs[name]),
                 med[name],
                 " ".join(str(r["latency_p50"]) for r in runs[name]),
-                sum(r["non_2xx"] for r in runs[name]),
+                " ".join(f"{c}={n}" for c, n in sorted(runs[name][-1]["statuses"].items())),
+                results["response_bytes"].get(name, ""),
             ]
-            for name in ("healthz", "job")
+            for name in runs
         ],
     )
-    print(f"\njob / healthz = {results['ratio']:.3f}  {verdict(results['pass'])}")
+    p = results["pass"]
+    print(
+        f"\nfull 50 / healthz = {ratios['full50_vs_healthz']:.3f} (target >= {HEALTHZ_TARGET})  "
+        f"{verdict(p['full50_vs_healthz'])}"
+    )
+    for key, label in (("304", "304_flat"), ("summary", "summary_flat")):
+        ratio = ratios[f"cost_{key}_5000_vs_10"]
+        print(
+            f"{key} read cost 5000 / 10 items = {ratio:.3f} (target <= {FLAT_TARGET})  "
+            f"{verdict(p[label])}"
+        )
+    print(f"full read cost 5000 / 10 items = {ratios['cost_full_5000_vs_10']:.3f} (no target)")
     write_results("polling", results)
 
 

@@ -9,7 +9,7 @@ items GENERATING, the rest PENDING; fresh stamps, a heartbeating worker). Two ca
   the check must look at the items (the slow-but-alive case that must never recover).
 
 For each, interleaved: ``services.recover_stale`` for one job id (what every read runs
-first) and ``Repository.find_stale_jobs`` alone. Target: per-call latency of the
+first) and ``RecoveryRepository.find_stale_jobs`` alone. Target: per-call latency of the
 5,000-item job within 1.5x of the 10-item job. Then EXPLAIN (ANALYZE, BUFFERS) of the
 exact statements the check sends (captured from the engine), which must show index
 scans on jobs and items, no sequential scan.
@@ -39,16 +39,16 @@ from sqlalchemy import event, text
 
 from speechbatch import services as svc
 from speechbatch.db import make_engine, make_session_factory
-from speechbatch.uow import UnitOfWork
+from speechbatch.uow import SessionUowFactory, Writer
 
 TARGET = 1.5
 SIZES = (10, 5000)
 
 
 def _setup(sf: Any, background_jobs: int) -> tuple[int, dict[int, int]]:
-    with UnitOfWork(sf) as uow:
-        org = uow.repo.get_or_create_organization("bench")
-        worker = uow.repo.register_worker("bench-host", 4242)
+    with Writer(sf) as uow:
+        org = uow.users.get_or_create_organization("bench")
+        worker = uow.workers.register_worker("bench-host", 4242)
         s = uow.session
         # Background: COMPLETED jobs with DONE items and their runs.
         s.execute(
@@ -78,8 +78,8 @@ def _setup(sf: Any, background_jobs: int) -> tuple[int, dict[int, int]]:
         )
         jobs_by_size = {}
         for n in SIZES:
-            job = uow.repo.create_job(org, None, f"live {n}", "alloy", [f"t{i}" for i in range(n)])
-            attempt = uow.repo.claim_job(job, org, regenerate=False, user_id=None, worker_id=worker)
+            job = uow.jobs.create_job(org, None, f"live {n}", "alloy", [f"t{i}" for i in range(n)])
+            attempt = uow.jobs.claim_job(job, org, regenerate=False, user_id=None, worker_id=worker)
             assert attempt == 1
             # Mid-run: the first half DONE, the next two GENERATING, the rest PENDING.
             s.execute(
@@ -107,7 +107,7 @@ def _analyze(url: str) -> None:
 
 
 def _quiet_job_rows(sf: Any, job_ids: list[int], quiet: bool) -> None:
-    with UnitOfWork(sf) as uow:
+    with Writer(sf) as uow:
         stamp = "now() - interval '1 hour'" if quiet else "clock_timestamp()"
         uow.session.execute(
             text(f"UPDATE jobs SET updated_at = {stamp} WHERE id = ANY(:ids)"), {"ids": job_ids}
@@ -124,7 +124,7 @@ def _quiet_job_rows(sf: Any, job_ids: list[int], quiet: bool) -> None:
 
 
 def measure(sf: Any, settings: Any, org: int, jobs: dict[int, int], samples: int) -> dict[str, Any]:
-    uow_factory = lambda **kw: UnitOfWork(sf, **kw)  # noqa: E731
+    uow_factory = SessionUowFactory(sf)
     times: dict[str, list[float]] = {f"{k}_{n}": [] for k in ("recover", "find") for n in SIZES}
 
     def recover(n: int) -> float:
@@ -134,8 +134,8 @@ def measure(sf: Any, settings: Any, org: int, jobs: dict[int, int], samples: int
         return t.seconds
 
     def find(n: int) -> float:
-        with Timer() as t, UnitOfWork(sf) as uow:
-            stale = uow.repo.find_stale_jobs(
+        with Timer() as t, Writer(sf) as uow:
+            stale = uow.recovery.find_stale_jobs(
                 lease_seconds=settings.lease_seconds,
                 worker_dead_seconds=settings.worker_dead_seconds,
                 organization_id=org,
@@ -174,14 +174,14 @@ def explain(engine: Any, sf: Any, settings: Any, org: int, job_id: int | None) -
 
     event.listen(engine, "before_cursor_execute", grab)
     try:
-        with UnitOfWork(sf) as uow:
-            uow.repo.find_stale_jobs(
+        with Writer(sf) as uow:
+            uow.recovery.find_stale_jobs(
                 lease_seconds=settings.lease_seconds,
                 worker_dead_seconds=settings.worker_dead_seconds,
                 organization_id=org,
                 job_id=job_id,
             )
-            uow.repo.find_orphan_item_jobs(organization_id=org, job_id=job_id)
+            uow.recovery.find_orphan_item_jobs(organization_id=org, job_id=job_id)
     finally:
         event.remove(engine, "before_cursor_execute", grab)
     plans = []

@@ -91,7 +91,7 @@ def batch(backend: str, args: argparse.Namespace) -> dict[str, Any]:
         try:
             svc.create_admin(services.uow_factory, "bench", "bench@bench.test", "password-1")
             with services.uow_factory() as uow:
-                user = uow.repo.get_user_by_email("bench@bench.test")
+                user = uow.users.get_user_by_email("bench@bench.test")
             assert user is not None
             services.runner.worker_id()
             for n in range(args.repeat):
@@ -155,7 +155,7 @@ def contention(backend: str, args: argparse.Namespace) -> dict[str, Any]:
         try:
             svc.create_admin(services.uow_factory, "bench", "bench@bench.test", "password-1")
             with services.uow_factory() as uow:
-                user = uow.repo.get_user_by_email("bench@bench.test")
+                user = uow.users.get_user_by_email("bench@bench.test")
             assert user is not None
             running: list[tuple[int, int]] = []
             for n in range(args.jobs):
@@ -163,7 +163,7 @@ def contention(backend: str, args: argparse.Namespace) -> dict[str, Any]:
                     services.uow_factory, user, f"job {n}", "alloy", ["x"], services.limits
                 )
                 with services.uow_factory() as uow:
-                    attempt = uow.repo.claim_job(
+                    attempt = uow.jobs.claim_job(
                         job_id, user.organization_id, regenerate=False, user_id=None,
                         worker_id=runner.worker_id(),
                     )  # fmt: skip

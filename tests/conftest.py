@@ -19,7 +19,7 @@ from speechbatch import create_app
 from speechbatch.app import Services
 from speechbatch.config import Settings
 from speechbatch.migrate import upgrade
-from speechbatch.repository import UserRecord
+from speechbatch.repositories import UserRecord
 from speechbatch.services import create_admin, create_token
 from tests.fakes import FakeProvider
 from tests.support.server import pg_unreachable_reason
@@ -174,7 +174,7 @@ def admin(svc: Services) -> UserRecord:
     """An admin in organization acme."""
     create_admin(svc.uow_factory, "acme", "admin@acme.test", "password-1")
     with svc.uow_factory() as uow:
-        user = uow.repo.get_user_by_email("admin@acme.test")
+        user = uow.users.get_user_by_email("admin@acme.test")
     assert user is not None
     return user
 

@@ -3,11 +3,19 @@
 from __future__ import annotations
 
 import hashlib
+import json
 import threading
 import time
 from collections import Counter
+from collections.abc import Sequence
+from datetime import UTC, datetime
+from typing import Any, Literal, overload
 
+from speechbatch.locks import ExportRepository, LockRepository
 from speechbatch.providers.base import PermanentProviderError, RetryableProviderError
+from speechbatch.read import JobHead, ListStamp
+from speechbatch.repositories import StaleJob, UserRecord
+from speechbatch.repositories.spending import Usage
 
 
 def fake_audio(text: str) -> bytes:
@@ -72,3 +80,220 @@ def retryable(message: str = "overloaded") -> RetryableProviderError:
 def rate_limited(retry_after: float) -> RetryableProviderError:
     """A 429 with Retry-After."""
     return RetryableProviderError("rate limited", status=429, retry_after=retry_after)
+
+
+class FakeRepository:
+    """Jobs, recovery, views and users in memory: the repositories' Protocols, no SQL."""
+
+    def __init__(self) -> None:
+        self.jobs: dict[int, dict[str, Any]] = {}
+        self.refusal = "already_generating"
+        self.claims: list[tuple[int, bool]] = []
+        self.stale: list[StaleJob] = []
+        self.recovered: list[StaleJob] = []
+        self.users: dict[int, UserRecord] = {}
+        self.documents_built = 0  # job, items and list documents answered
+
+    # Jobs
+    def create_job(
+        self,
+        organization_id: int,
+        user_id: int | None,
+        title: str,
+        voice: str,
+        texts: Sequence[str],
+    ) -> int:
+        job_id = len(self.jobs) + 1
+        self.jobs[job_id] = {
+            "org": organization_id, "title": title, "voice": voice, "texts": list(texts),
+        }  # fmt: skip
+        return job_id
+
+    def claim_job(
+        self,
+        job_id: int,
+        organization_id: int,
+        *,
+        regenerate: bool,
+        user_id: int | None,
+        worker_id: int | None,
+    ) -> int | None:
+        self.claims.append((job_id, regenerate))
+        return 1 if self.refusal == "" else None
+
+    def claim_refusal(self, job_id: int, organization_id: int) -> str:
+        return self.refusal
+
+    # Recovery
+    def find_stale_jobs(
+        self,
+        *,
+        lease_seconds: float,
+        worker_dead_seconds: float,
+        organization_id: int | None = None,
+        job_id: int | None = None,
+    ) -> list[StaleJob]:
+        return list(self.stale)
+
+    def recover_stale_job(
+        self, stale: StaleJob, *, lease_seconds: float, worker_dead_seconds: float, message: str
+    ) -> bool:
+        self.recovered.append(stale)
+        return True
+
+    def find_orphan_item_jobs(
+        self, *, organization_id: int | None = None, job_id: int | None = None
+    ) -> list[int]:
+        return []
+
+    def recover_orphan_items(self, job_id: int, message: str) -> bool:
+        return False
+
+    def anything_to_recover(
+        self, organization_id: int, *, lease_seconds: float, worker_dead_seconds: float
+    ) -> bool:
+        return bool(self.stale)
+
+    # Views
+    def ping(self) -> None:
+        pass
+
+    def item_audio(self, job_id: int, item_id: int, organization_id: int) -> str | None:
+        return None
+
+    def job_head(
+        self,
+        job_id: int,
+        organization_id: int,
+        *,
+        lease_seconds: float | None = None,
+        worker_dead_seconds: float | None = None,
+    ) -> JobHead | None:
+        job = self.jobs.get(job_id)
+        if job is None or job["org"] != organization_id:
+            return None
+        counts = {"PENDING": len(job["texts"]), "GENERATING": 0, "DONE": 0, "ERROR": 0}
+        return JobHead(
+            id=job_id, version=1, status="PENDING", attempt=0, counts=counts,
+            needs_recovery=any(s.job_id == job_id for s in self.stale), worker=None,
+            worker_heartbeat_at=None, last_progress_at=datetime(2026, 1, 1, tzinfo=UTC),
+            reclaim_count=0,
+        )  # fmt: skip
+
+    def job_json(self, job_id: int, *, with_items: bool) -> str:
+        self.documents_built += 1
+        job = self.jobs[job_id]
+        document = {"id": job_id, "status": "PENDING", "title": job["title"], "runs": []}
+        if with_items:
+            document["items"] = [{"text": t} for t in job["texts"]]
+        return json.dumps(document)
+
+    def items_json(self, job_id: int, *, status: str | None, offset: int, limit: int) -> str:
+        self.documents_built += 1
+        texts = self.jobs[job_id]["texts"][offset : offset + limit]
+        return json.dumps([{"text": t} for t in texts])
+
+    def jobs_stamp(self, organization_id: int, *, status: str | None) -> ListStamp:
+        ids = [i for i, j in self.jobs.items() if j["org"] == organization_id]
+        return ListStamp(len(ids), len(ids), max(ids, default=0))
+
+    def jobs_json(
+        self, organization_id: int, *, status: str | None, offset: int, limit: int
+    ) -> str:
+        self.documents_built += 1
+        ids = sorted((i for i, j in self.jobs.items() if j["org"] == organization_id), reverse=True)
+        return json.dumps([{"id": i} for i in ids[offset : offset + limit]])
+
+    # Users
+    def get_or_create_organization(self, slug: str) -> int:
+        return 10
+
+    def create_user(self, organization_id: int, email: str, password_hash: str) -> int | None:
+        user = UserRecord(len(self.users) + 1, organization_id, email, password_hash)
+        self.users[user.id] = user
+        return user.id
+
+    def get_user_by_email(self, email: str) -> UserRecord | None:
+        return next((u for u in self.users.values() if u.email == email), None)
+
+    def get_user(self, user_id: int) -> UserRecord | None:
+        return self.users.get(user_id)
+
+    def create_token(self, user_id: int, token_hash: str) -> None:
+        pass
+
+    def get_user_by_token(self, token_hash: str) -> UserRecord | None:
+        return None
+
+
+class FakeSpending:
+    """An organization without a budget: the claim's budget check passes."""
+
+    def usage(self, organization_id: int) -> Usage:
+        return Usage("2026-12", 0, 0, None)
+
+
+class FakeUnitOfWork:
+    """A unit of work over one FakeRepository that counts commits."""
+
+    # Not used by the services under test (exports have their own integration tests).
+    exports: ExportRepository
+    locks: LockRepository
+
+    def __init__(self, repo: FakeRepository) -> None:
+        self.repo = repo
+        self.committed = 0
+        self.spending = FakeSpending()
+
+    @property
+    def jobs(self) -> FakeRepository:
+        return self.repo
+
+    @property
+    def recovery(self) -> FakeRepository:
+        return self.repo
+
+    @property
+    def views(self) -> FakeRepository:
+        return self.repo
+
+    @property
+    def users(self) -> FakeRepository:
+        return self.repo
+
+    def __enter__(self) -> FakeUnitOfWork:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        pass
+
+    def commit(self) -> None:
+        self.committed += 1
+
+
+class FakeUowFactory:
+    """``uow_factory()`` and ``uow_factory(read_only=True)`` both give the one fake."""
+
+    def __init__(self, uow: FakeUnitOfWork) -> None:
+        self.uow = uow
+
+    @overload
+    def __call__(self, *, read_only: Literal[False] = ...) -> FakeUnitOfWork: ...
+    @overload
+    def __call__(self, *, read_only: Literal[True]) -> FakeUnitOfWork: ...
+    def __call__(self, *, read_only: bool = False) -> FakeUnitOfWork:
+        return self.uow
+
+
+class FakeRunner:
+    """Records the runs it was asked to start."""
+
+    def __init__(self) -> None:
+        self.started: list[tuple[int, int]] = []
+        self.provider = FakeProvider()
+
+    def worker_id(self) -> int:
+        return 7
+
+    def start(self, job_id: int, attempt: int) -> None:
+        self.started.append((job_id, attempt))

@@ -2,16 +2,17 @@
 
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from typing import Any, TypeVar
 
-from sqlalchemy import update
+from sqlalchemy import func, select, update
 
 from speechbatch.app import Services
 from speechbatch.models import Item, Job, Worker
-from speechbatch.repository import UserRecord
+from speechbatch.repositories import UserRecord
 from speechbatch.services import Limits, create_job
 
 T = TypeVar("T")
@@ -41,7 +42,7 @@ def claim(svc: Services, user: UserRecord, job_id: int, *, worker_id: int | None
           regenerate: bool = False) -> int | None:  # fmt: skip
     """Claim without starting a run (the test plays the run itself)."""
     with svc.uow_factory() as uow:
-        attempt = uow.repo.claim_job(
+        attempt = uow.jobs.claim_job(
             job_id, user.organization_id, regenerate=regenerate, user_id=user.id,
             worker_id=worker_id,
         )  # fmt: skip
@@ -62,10 +63,11 @@ def set_job(svc: Services, job_id: int, **values: Any) -> None:
 
 
 def set_items(svc: Services, job_id: int, *where: Any, **values: Any) -> None:
-    """Write item columns directly."""
+    """Write item columns directly (the job's counters follow, as the app's moves do)."""
     with svc.uow_factory() as uow:
         uow.session.execute(update(Item).where(Item.job_id == job_id, *where).values(**values))
         uow.commit()
+    resync_counters(svc, job_id)
 
 
 def set_worker(svc: Services, worker_id: int, **values: Any) -> None:
@@ -76,11 +78,56 @@ def set_worker(svc: Services, worker_id: int, **values: Any) -> None:
 
 
 def view(svc: Services, user: UserRecord, job_id: int) -> dict[str, Any]:
-    """The job as the repository shows it, without recovery."""
-    with svc.uow_factory() as uow:
-        result = uow.repo.get_job_view(job_id, user.organization_id)
-    assert result is not None
+    """The job as the read side shows it, without recovery."""
+    with svc.uow_factory(read_only=True) as uow:
+        assert uow.views.job_head(job_id, user.organization_id) is not None
+        result: dict[str, Any] = json.loads(uow.views.job_json(job_id, with_items=True))
     return result
+
+
+def real_counts(svc: Services, job_id: int) -> dict[str, int]:
+    """The job's items per status, counted from the items themselves."""
+    with svc.uow_factory(read_only=True) as uow:
+        rows = uow.session.execute(
+            select(Item.status, func.count()).where(Item.job_id == job_id).group_by(Item.status)
+        ).all()
+    counts = {s: 0 for s in ("PENDING", "GENERATING", "DONE", "ERROR")}
+    counts.update({status: int(n) for status, n in rows})
+    return counts
+
+
+def counters(svc: Services, job_id: int) -> dict[str, int]:
+    """The job row's progress counters."""
+    with svc.uow_factory(read_only=True) as uow:
+        row = uow.session.execute(
+            select(Job.items_pending, Job.items_generating, Job.items_done, Job.items_error).where(
+                Job.id == job_id
+            )
+        ).one()
+    return dict(zip(("PENDING", "GENERATING", "DONE", "ERROR"), map(int, row), strict=True))
+
+
+def assert_counters_match(svc: Services, job_id: int) -> None:
+    """The job row's progress counters equal its items' real statuses."""
+    assert counters(svc, job_id) == real_counts(svc, job_id)
+
+
+def resync_counters(svc: Services, job_id: int) -> None:
+    """Set the counters from the items (after a test wrote items directly)."""
+    counts = real_counts(svc, job_id)
+    with svc.uow_factory() as uow:
+        uow.session.execute(
+            update(Job)
+            .where(Job.id == job_id)
+            .values(
+                items_pending=counts["PENDING"],
+                items_generating=counts["GENERATING"],
+                items_done=counts["DONE"],
+                items_error=counts["ERROR"],
+                version=Job.version + 1,
+            )
+        )
+        uow.commit()
 
 
 def statuses(job: dict[str, Any]) -> list[str]:

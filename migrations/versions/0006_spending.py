@@ -1,7 +1,7 @@
 """spending: the ledger, budgets, reuse fingerprints, per-run billing, cancel
 
 Revision ID: 0006
-Revises: 0003 (re-chained onto 0004/0005 when the branches land)
+Revises: 0004 (re-chained onto 0005, the tokens branch, when it lands)
 Create Date: 2026-12-01 03:30:00
 """
 
@@ -11,7 +11,7 @@ import sqlalchemy as sa
 from alembic import op
 
 revision = "0006"
-down_revision = "0003"
+down_revision = "0004"
 branch_labels = None
 depends_on = None
 

@@ -20,7 +20,7 @@ from .providers.base import TTSProvider
 from .runner import Runner, drain_all
 from .services import Limits
 from .storage import LocalStorage
-from .uow import UnitOfWork, UowFactory
+from .uow import SessionUowFactory, UowFactory
 
 TEMPLATES_DIR = Path(__file__).resolve().parents[2] / "templates"
 STATIC_DIR = Path(__file__).resolve().parent / "static"
@@ -79,9 +79,7 @@ def create_app(settings: Settings | None = None, *, provider: TTSProvider | None
     engine = make_engine(settings.database_url)
     session_factory = make_session_factory(engine)
 
-    def uow_factory(*, read_only: bool = False) -> UnitOfWork:
-        return UnitOfWork(session_factory, read_only=read_only)
-
+    uow_factory = SessionUowFactory(session_factory)
     provider = provider or build_provider(settings)
     storage = LocalStorage(settings.storage_dir)
     runner = Runner(uow_factory, provider, storage, settings)
@@ -103,7 +101,7 @@ def create_app(settings: Settings | None = None, *, provider: TTSProvider | None
 
     from . import metrics
     from .cli import register_cli
-    from .web import api, errors, pages
+    from .web import api, context, errors, pages
 
     app.register_blueprint(api.bp)
     csrf.exempt(api.bp)  # the API checks X-CSRFToken itself for session-authenticated writes
@@ -117,6 +115,7 @@ def create_app(settings: Settings | None = None, *, provider: TTSProvider | None
     app.register_blueprint(spending.bp)
     csrf.exempt(spending.cancel)  # require_user checks X-CSRFToken on session writes
     app.register_blueprint(metrics.bp)
+    context.init_app(app)
     errors.register(app)
     register_cli(app)
     # Processes not run by gunicorn (flask run) still end their runs as INTERRUPTED.

@@ -159,8 +159,11 @@ def _make_sqlite_immediate(engine: Engine) -> None:
 
     @event.listens_for(engine, "begin")
     def _begin(conn: Any) -> None:
-        # A read-only unit of work never blocks on (or behind) a writer in WAL mode.
+        # A read-only unit of work never blocks on (or behind) a writer in WAL mode, and
+        # cannot write: query_only is set (or cleared) at every BEGIN, so a pooled
+        # connection never carries a reader's setting into a writer.
         read_only = conn.get_execution_options().get(READ_ONLY)
+        conn.exec_driver_sql(f"PRAGMA query_only={1 if read_only else 0}")
         conn.exec_driver_sql("BEGIN" if read_only else "BEGIN IMMEDIATE")
 
 

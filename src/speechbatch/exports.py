@@ -32,8 +32,8 @@ from sqlalchemy.exc import OperationalError
 
 from .config import Settings
 from .errors import ExportInProgress, LockHeld, NotFound
-from .locks import DoneAudio, ExportRecord, ExportRepository, ExportStatus, LockRepository
-from .repository import UserRecord
+from .locks import DoneAudio, ExportRecord, ExportStatus
+from .repositories import UserRecord
 from .storage import LocalStorage
 from .uow import UowFactory
 
@@ -86,7 +86,7 @@ def recover_exports(
     """
     try:
         with uow_factory() as uow:
-            recovered = ExportRepository(uow.session).recover_dead_exports(
+            recovered = uow.exports.recover_dead_exports(
                 organization_id, RECOVERED_MESSAGE, export_id=export_id
             )
             uow.commit()
@@ -110,10 +110,10 @@ def start_export(
     ttl = settings.export_lock_ttl_seconds
     with uow_factory() as uow:
         try:
-            grant = LockRepository(uow.session).acquire(user.organization_id, JOB_TYPE, holder, ttl)
+            grant = uow.locks.acquire(user.organization_id, JOB_TYPE, holder, ttl)
         except LockHeld:
             raise ExportInProgress() from None
-        repo = ExportRepository(uow.session)
+        repo = uow.exports
         export_id = repo.create_export(user.organization_id, user.id, grant.id)
         record = repo.get_export(export_id, user.organization_id)
         uow.commit()
@@ -133,8 +133,8 @@ def start_export(
 def get_export(uow_factory: UowFactory, user: UserRecord, export_id: int) -> dict[str, Any]:
     """One export of the user's organization, after lease-expiry recovery."""
     recover_exports(uow_factory, user.organization_id, export_id=export_id)
-    with uow_factory() as uow:
-        record = ExportRepository(uow.session).get_export(export_id, user.organization_id)
+    with uow_factory(read_only=True) as uow:
+        record = uow.exports.get_export(export_id, user.organization_id)
     if record is None:
         raise NotFound("export not found")
     return export_view(record)
@@ -143,16 +143,16 @@ def get_export(uow_factory: UowFactory, user: UserRecord, export_id: int) -> dic
 def list_exports(uow_factory: UowFactory, user: UserRecord) -> list[dict[str, Any]]:
     """The organization's recent exports, newest first, after recovery."""
     recover_exports(uow_factory, user.organization_id)
-    with uow_factory() as uow:
-        records = ExportRepository(uow.session).list_exports(user.organization_id)
+    with uow_factory(read_only=True) as uow:
+        records = uow.exports.list_exports(user.organization_id)
     return [export_view(r) for r in records]
 
 
 def export_download_key(uow_factory: UowFactory, user: UserRecord, export_id: int) -> str:
     """The storage key of a COMPLETED export's archive; NotFound otherwise."""
     recover_exports(uow_factory, user.organization_id, export_id=export_id)
-    with uow_factory() as uow:
-        record = ExportRepository(uow.session).get_export(export_id, user.organization_id)
+    with uow_factory(read_only=True) as uow:
+        record = uow.exports.get_export(export_id, user.organization_id)
     if record is None or record.status != ExportStatus.COMPLETED or not record.file_path:
         raise NotFound("no archive for this export (yet)")
     return record.file_path
@@ -210,8 +210,8 @@ class ExportBuilder:
 
     def _build(self) -> None:
         task = self.task
-        with self._uow_factory() as uow:
-            audio = ExportRepository(uow.session).done_audio(task.organization_id)
+        with self._uow_factory(read_only=True) as uow:
+            audio = uow.exports.done_audio(task.organization_id)
         key = export_key(task.organization_id, task.export_id)
         final = self._storage.path(key)
         final.parent.mkdir(parents=True, exist_ok=True)
@@ -235,9 +235,7 @@ class ExportBuilder:
             raise
         try:
             with self._uow_factory() as uow:
-                won = ExportRepository(uow.session).complete_export(
-                    task.export_id, task.lock_id, task.holder, key
-                )
+                won = uow.exports.complete_export(task.export_id, task.lock_id, task.holder, key)
                 if won:
                     uow.commit()
         except BaseException:
@@ -294,9 +292,9 @@ class ExportBuilder:
         task = self.task
         try:
             with self._uow_factory() as uow:
-                won = LockRepository(uow.session).renew(
+                won = uow.locks.renew(
                     task.lock_id, task.holder, task.ttl_seconds
-                ) and ExportRepository(uow.session).is_running(task.export_id, task.lock_id)
+                ) and uow.exports.is_running(task.export_id, task.lock_id)
                 if won:
                     uow.commit()
         except OperationalError:
@@ -311,8 +309,8 @@ class ExportBuilder:
         task = self.task
         try:
             with self._uow_factory() as uow:
-                ExportRepository(uow.session).fail_export(task.export_id, task.lock_id, message)
-                LockRepository(uow.session).release(task.lock_id)
+                uow.exports.fail_export(task.export_id, task.lock_id, message)
+                uow.locks.release(task.lock_id)
                 uow.commit()
         except Exception:
             # Recovery finds it once the lease has run out.
@@ -322,7 +320,7 @@ class ExportBuilder:
         """Release our own grant if still unreleased; the id never touches another one."""
         try:
             with self._uow_factory() as uow:
-                LockRepository(uow.session).release(self.task.lock_id)
+                uow.locks.release(self.task.lock_id)
                 uow.commit()
         except Exception:
             log.exception("could not release lock %s", self.task.lock_id)

@@ -35,7 +35,7 @@ from sqlalchemy.orm import Session
 from .db import db_now, later
 from .errors import LockHeld, SpeechbatchError
 from .models import Export, ItemStatus, JobLock
-from .repository import items, jobs
+from .repositories.tables import items, jobs
 
 job_locks = cast(Table, JobLock.__table__)
 exports = cast(Table, Export.__table__)

@@ -118,6 +118,14 @@ class Job(Base):
     updated_at: Mapped[datetime] = mapped_column(UTCDateTime(), server_default=db_now())
     started_at: Mapped[datetime | None] = mapped_column(UTCDateTime())
     finished_at: Mapped[datetime | None] = mapped_column(UTCDateTime())
+    # Progress counters, kept by the same fenced statements that move the items, so
+    # that summaries never count items. Their sum is the number of items.
+    items_pending: Mapped[int] = mapped_column(Integer, server_default="0")
+    items_generating: Mapped[int] = mapped_column(Integer, server_default="0")
+    items_done: Mapped[int] = mapped_column(Integer, server_default="0")
+    items_error: Mapped[int] = mapped_column(Integer, server_default="0")
+    # Bumped by every write that changes what the job's API answers show: the ETag.
+    version: Mapped[int] = mapped_column(Integer, server_default="0")
 
 
 class Item(Base):
@@ -155,7 +163,7 @@ class Item(Base):
     # What the provider was (or would be) asked: see fingerprints.audio_fingerprint.
     fingerprint: Mapped[str | None] = mapped_column(String(64))
     # The audio was shared from an earlier item instead of paying for a call.
-    reused: Mapped[bool] = mapped_column(Boolean, default=False, server_default=false())
+    reused: Mapped[bool] = mapped_column(Boolean, server_default=false())
     updated_at: Mapped[datetime] = mapped_column(UTCDateTime(), server_default=db_now())
 
 
@@ -176,12 +184,12 @@ class Run(Base):
     finished_at: Mapped[datetime | None] = mapped_column(UTCDateTime())
     error_message: Mapped[str | None] = mapped_column(Text)
     # The run's share of the ledger: every provider attempt, recorded before it is sent.
-    billed_characters: Mapped[int] = mapped_column(BigInteger, default=0, server_default="0")
-    provider_calls: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
+    billed_characters: Mapped[int] = mapped_column(BigInteger, server_default="0")
+    provider_calls: Mapped[int] = mapped_column(Integer, server_default="0")
     cancelled_by_id: Mapped[int | None] = mapped_column(Id, ForeignKey("users.id"))
     # Items of this run waiting (longer than a moment) for a provider slot or the pace.
-    waiting_for_slot: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
-    waiting_for_pace: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
+    waiting_for_slot: Mapped[int] = mapped_column(Integer, server_default="0")
+    waiting_for_pace: Mapped[int] = mapped_column(Integer, server_default="0")
 
 
 class UsageMonth(Base):
@@ -195,8 +203,8 @@ class UsageMonth(Base):
     id: Mapped[int] = mapped_column(Id, primary_key=True)
     organization_id: Mapped[int] = mapped_column(Id, ForeignKey("organizations.id"))
     month: Mapped[str] = mapped_column(String(7))  # "YYYY-MM", UTC
-    billed_characters: Mapped[int] = mapped_column(BigInteger, default=0, server_default="0")
-    provider_calls: Mapped[int] = mapped_column(BigInteger, default=0, server_default="0")
+    billed_characters: Mapped[int] = mapped_column(BigInteger, server_default="0")
+    provider_calls: Mapped[int] = mapped_column(BigInteger, server_default="0")
 
 
 class JobLock(Base):

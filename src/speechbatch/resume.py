@@ -12,7 +12,7 @@ from __future__ import annotations
 import logging
 
 from . import metrics
-from .repositories.resume import RESUME, ResumeRepository
+from .repositories.resume import RESUME
 from .runner import Runner
 from .uow import UowFactory
 
@@ -28,7 +28,7 @@ def resume_interrupted(uow_factory: UowFactory, runner: Runner) -> int:
     if runner.draining:
         return 0
     with uow_factory(read_only=True) as uow:
-        candidates = ResumeRepository(uow.session).find_resumable_jobs(
+        candidates = uow.resume.find_resumable_jobs(
             max_streak=MAX_RESUMES_WITHOUT_PROGRESS, limit=RESUMES_PER_TICK
         )
     started = 0
@@ -37,7 +37,7 @@ def resume_interrupted(uow_factory: UowFactory, runner: Runner) -> int:
             break
         worker_id = runner.worker_id()
         with uow_factory() as uow:
-            attempt = uow.repo.claim_job(
+            attempt = uow.jobs.claim_job(
                 job.job_id,
                 job.organization_id,
                 regenerate=False,

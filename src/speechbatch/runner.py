@@ -29,12 +29,11 @@ from .errors import BudgetExceeded, Fenced
 from .fingerprints import fingerprinter
 from .providers.base import ProviderError, TTSProvider
 from .providers.retry import synthesize_with_retries
+from .repositories.runs import FinishedItem, StartedItem
 from .repositories.slots import SlotRepository
-from .repositories.spending import SpendingRepository
-from .repository import FinishedItem, Repository, StartedItem
 from .slots import CallNotStarted, Holder, ProviderGate
 from .storage import LocalStorage
-from .uow import UowFactory
+from .uow import SessionUowFactory, Writer
 from .workers import WorkerIdentity
 
 log = logging.getLogger(__name__)
@@ -101,7 +100,7 @@ class Runner:
 
     def __init__(
         self,
-        uow_factory: UowFactory,
+        uow_factory: SessionUowFactory,
         provider: TTSProvider,
         storage: LocalStorage,
         settings: Settings,
@@ -122,9 +121,9 @@ class Runner:
         _RUNNERS.add(self)
 
     def _slot_tx(self, work: Callable[[SlotRepository], T]) -> T:
-        return self._tx(lambda repo: work(SlotRepository(repo.session)))
+        return self._tx(lambda uow: work(uow.slots))
 
-    def _tx(self, work: Callable[[Repository], T]) -> T:
+    def _tx(self, work: Callable[[Writer], T]) -> T:
         """Run one short transaction, retrying while the database is unreachable.
 
         A paid-for result must survive a database restart, so a run waits for the
@@ -137,7 +136,7 @@ class Runner:
         while True:
             try:
                 with self._uow_factory() as uow:
-                    result = work(uow.repo)
+                    result = work(uow)
                     uow.commit()
                     return result
             except (OperationalError, InterfaceError) as exc:
@@ -203,7 +202,7 @@ class Runner:
 
     def _run(self, run: _Run) -> None:
         try:
-            plan = self._tx(lambda repo: repo.run_plan(run.job_id, run.attempt))
+            plan = self._tx(lambda uow: uow.runs.run_plan(run.job_id, run.attempt))
             run.voice, run.organization_id = plan.voice, plan.organization_id
             run.regenerate = plan.regenerate
             groups = self._groups(run, plan.items)
@@ -233,7 +232,7 @@ class Runner:
                 self._interrupt(run)
             else:
                 status = self._tx(
-                    lambda repo: repo.finish_run(
+                    lambda uow: uow.runs.finish_run(
                         run.job_id, run.attempt, over_budget=run.over_budget
                     )
                 )
@@ -253,7 +252,7 @@ class Runner:
     def _end_after_crash(self, run: _Run, exc: Exception) -> None:
         try:
             self._tx(
-                lambda repo: repo.finish_run(
+                lambda uow: uow.runs.finish_run(
                     run.job_id, run.attempt, run_error=f"run failed: {exc}"
                 )
             )
@@ -292,9 +291,7 @@ class Runner:
         """A duplicate of an item this run has just finished shares its audio (no call)."""
         if self._fenced_tx(
             run,
-            lambda repo: repo.reuse_audio_fenced(
-                run.job_id, run.attempt, item_id, source, fingerprint
-            ),
+            lambda uow: uow.runs.reuse_audio(run.job_id, run.attempt, item_id, source, fingerprint),
         ):
             self._reused(run, item_id, source)
         else:
@@ -307,12 +304,12 @@ class Runner:
             run.job_id, run.attempt, item_id, source_item_id,
         )  # fmt: skip
 
-    def _bill(self, run: _Run, repo: Repository, characters: int) -> None:
+    def _bill(self, run: _Run, uow: Writer, characters: int) -> None:
         """Reserve and record one call's characters before it is sent (same transaction).
 
         Raises BudgetExceeded, which rolls the transaction back, when it does not fit.
         """
-        spending = SpendingRepository(repo.session)
+        spending = uow.spending
         if not spending.reserve_characters(run.organization_id, characters):
             raise BudgetExceeded()
         spending.record_run_billing(run.job_id, run.attempt, characters)
@@ -321,7 +318,7 @@ class Runner:
         """Stop starting items: the organization's budget cannot pay for this call."""
         try:
             with self._uow_factory(read_only=True) as uow:
-                usage = SpendingRepository(uow.session).usage(run.organization_id)
+                usage = uow.spending.usage(run.organization_id)
             spent = (
                 f"{usage.billed_characters:,} of {usage.budget_characters or 0:,} characters "
                 f"billed in {usage.month}, {usage.remaining_characters or 0:,} left"
@@ -338,7 +335,7 @@ class Runner:
             run.job_id, run.attempt, item_id, characters, run.over_budget,
         )  # fmt: skip
 
-    def _fenced_tx(self, run: _Run, work: Callable[[Repository], T]) -> T:
+    def _fenced_tx(self, run: _Run, work: Callable[[Writer], T]) -> T:
         """One fenced transaction (``work`` returns something falsy when fenced); when it
         wins, remember when it started: the fence held at some moment after that."""
         began = time.monotonic()
@@ -351,16 +348,18 @@ class Runner:
         """Stamp progress; raise Fenced when this run may no longer write."""
         if run.fenced.is_set():
             raise Fenced()
-        if not self._fenced_tx(run, lambda repo: repo.stamp_job_progress(run.job_id, run.attempt)):
+        if not self._fenced_tx(
+            run, lambda uow: uow.runs.stamp_job_progress(run.job_id, run.attempt)
+        ):
             raise Fenced()
 
     def _fence_and_bill(self, run: _Run, characters: int) -> None:
         """A retry: fence and bill its characters in one transaction before it is sent."""
 
-        def work(repo: Repository) -> bool:
-            if not repo.stamp_job_progress(run.job_id, run.attempt):
+        def work(uow: Writer) -> bool:
+            if not uow.runs.stamp_job_progress(run.job_id, run.attempt):
                 return False
-            self._bill(run, repo, characters)
+            self._bill(run, uow, characters)
             return True
 
         if run.fenced.is_set() or not self._fenced_tx(run, work):
@@ -420,7 +419,7 @@ class Runner:
         """Give back a reservation whose call was never sent (the run was fenced first)."""
         try:
             self._tx(
-                lambda repo: SpendingRepository(repo.session).refund_characters(
+                lambda uow: uow.spending.refund_characters(
                     run.organization_id, run.job_id, run.attempt, characters
                 )
             )
@@ -439,15 +438,18 @@ class Runner:
         characters = len(text)
         lookup = None if run.regenerate else fingerprint
 
-        def start(repo: Repository) -> StartedItem | None:
+        def start(uow: Writer) -> StartedItem | None:
             # Answers with reusable_item_id set only when the audio was shared.
-            started = repo.start_item(run.job_id, run.attempt, item_id, reuse_fingerprint=lookup)
+            runs = uow.runs
+            started = runs.start_item(run.job_id, run.attempt, item_id, reuse_fingerprint=lookup)
             if started is None:
                 return None
             source = started.reusable_item_id
-            if source is not None and repo.reuse_audio(run.job_id, item_id, source, fingerprint):
+            if source is not None and runs.reuse_audio(
+                run.job_id, run.attempt, item_id, source, fingerprint
+            ):
                 return started
-            self._bill(run, repo, characters)
+            self._bill(run, uow, characters)
             return replace(started, reusable_item_id=None)
 
         try:
@@ -485,13 +487,13 @@ class Runner:
             # The run began to stop while this item waited for a slot or the pace: it
             # goes back to PENDING unsent, for the next run.
             run.unsent = True
-            if not self._tx(lambda repo: repo.return_item(run.job_id, run.attempt, item_id)):
+            if not self._tx(lambda uow: uow.runs.return_item(run.job_id, run.attempt, item_id)):
                 raise Fenced() from None
             return False
         except BudgetExceeded:
             # A retry that no longer fits: the item waits, PENDING, for a raised budget.
             self._over_budget(run, item_id, characters)
-            if not self._tx(lambda repo: repo.return_item(run.job_id, run.attempt, item_id)):
+            if not self._tx(lambda uow: uow.runs.return_item(run.job_id, run.attempt, item_id)):
                 raise Fenced() from None
             return False
         except ProviderError as exc:
@@ -544,7 +546,7 @@ class Runner:
     ) -> FinishedItem:
         finished = self._fenced_tx(
             run,
-            lambda repo: repo.finish_item(
+            lambda uow: uow.runs.finish_item(
                 run.job_id,
                 run.attempt,
                 item_id,
@@ -564,7 +566,7 @@ class Runner:
         message = (
             "interrupted: the server stopped; Retry resumes without paying again for DONE items"
         )
-        won = self._tx(lambda repo: repo.interrupt_run(run.job_id, run.attempt, message))
+        won = self._tx(lambda uow: uow.runs.interrupt_run(run.job_id, run.attempt, message))
         if won:
             metrics.RUNS.labels(outcome="INTERRUPTED").inc()
         log.info("run interrupted job=%s attempt=%s won=%s", run.job_id, run.attempt, won)

@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import hashlib
+import json
 import logging
 import secrets
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from datetime import datetime, timedelta
-from typing import Any
+from datetime import timedelta
+from typing import Any, Protocol
 
 from sqlalchemy.exc import OperationalError
 from werkzeug.security import check_password_hash, generate_password_hash
@@ -17,17 +18,27 @@ from . import metrics
 from .config import Settings
 from .errors import AlreadyGenerating, NotFound, NothingToGenerate, ValidationError
 from .models import JobStatus
-from .repositories.slots import SlotRepository
-from .repository import UserRecord
-from .runner import Runner
+from .providers.base import TTSProvider
+from .read import ITEM_STATUSES, JOB_STATUSES, JobHead, Views
+from .repositories import UserRecord
 from .spending import check_budget
-from .uow import UowFactory
+from .uow import ReadScope, UowFactory, WriteUnit
 
 log = logging.getLogger(__name__)
 
 MAX_TITLE = 200
 MAX_ITEMS = 5000
 MAX_PAGE = 200
+
+
+class RunStarter(Protocol):
+    """What a claim needs of the runner: this process's worker id, its provider (for the
+    budget check), and starting a run."""
+
+    provider: TTSProvider
+
+    def worker_id(self) -> int: ...
+    def start(self, job_id: int, attempt: int) -> None: ...
 
 
 @dataclass(frozen=True)
@@ -42,7 +53,7 @@ def database_is_up(uow_factory: UowFactory) -> bool:
     """Whether the database answers a trivial query."""
     try:
         with uow_factory(read_only=True) as uow:
-            uow.repo.ping()
+            uow.views.ping()
     except Exception:
         log.warning("database health check failed", exc_info=True)
         return False
@@ -60,8 +71,8 @@ def create_admin(uow_factory: UowFactory, org_slug: str, email: str, password: s
     if len(password) < 8:
         raise ValidationError("the password must have at least 8 characters", field="password")
     with uow_factory() as uow:
-        org_id = uow.repo.get_or_create_organization(org_slug)
-        user_id = uow.repo.create_user(org_id, email, generate_password_hash(password))
+        org_id = uow.users.get_or_create_organization(org_slug)
+        user_id = uow.users.create_user(org_id, email, generate_password_hash(password))
         if user_id is None:
             raise ValidationError(f"a user with email {email} exists already", field="email")
         uow.commit()
@@ -76,34 +87,42 @@ def hash_token(token: str) -> str:
 def create_token(uow_factory: UowFactory, email: str) -> str:
     """Create an API token for a user; the token is returned once and stored hashed."""
     token = "sb_" + secrets.token_urlsafe(32)
-    with uow_factory(read_only=True) as uow:
-        user = uow.repo.get_user_by_email(email.strip())
+    with uow_factory() as uow:
+        user = uow.users.get_user_by_email(email.strip())
         if user is None:
             raise NotFound(f"no user with email {email}")
-        uow.repo.create_token(user.id, hash_token(token))
+        uow.users.create_token(user.id, hash_token(token))
         uow.commit()
     return token
 
 
-def authenticate_token(uow_factory: UowFactory, token: str) -> UserRecord | None:
-    """The user a bearer token belongs to, or None."""
+def authenticate_token(
+    uow_factory: UowFactory, token: str, *, reads: ReadScope | None = None
+) -> UserRecord | None:
+    """The user a bearer token belongs to, or None (in the request's reader, if given)."""
+    if reads is not None:
+        return reads.reader().users.get_user_by_token(hash_token(token))
     with uow_factory(read_only=True) as uow:
-        return uow.repo.get_user_by_token(hash_token(token))
+        return uow.users.get_user_by_token(hash_token(token))
 
 
 def authenticate_password(uow_factory: UowFactory, email: str, password: str) -> UserRecord | None:
     """The user with that email and password, or None."""
     with uow_factory(read_only=True) as uow:
-        user = uow.repo.get_user_by_email(email.strip())
+        user = uow.users.get_user_by_email(email.strip())
     if user is None or not check_password_hash(user.password_hash, password):
         return None
     return user
 
 
-def get_user(uow_factory: UowFactory, user_id: int) -> UserRecord | None:
-    """A user by id, or None."""
-    with uow_factory() as uow:
-        return uow.repo.get_user(user_id)
+def get_user(
+    uow_factory: UowFactory, user_id: int, *, reads: ReadScope | None = None
+) -> UserRecord | None:
+    """A user by id, or None (a read: it never takes SQLite's write lock)."""
+    if reads is not None:
+        return reads.reader().users.get_user(user_id)
+    with uow_factory(read_only=True) as uow:
+        return uow.users.get_user(user_id)
 
 
 # --- jobs ---------------------------------------------------------------------------
@@ -163,7 +182,7 @@ def create_job(
     """Validate and store a new PENDING job; return its id."""
     title, voice, cleaned = validate_job(title, voice, texts, limits)
     with uow_factory() as uow:
-        job_id = uow.repo.create_job(user.organization_id, user.id, title, voice, cleaned)
+        job_id = uow.jobs.create_job(user.organization_id, user.id, title, voice, cleaned)
         uow.commit()
     return job_id
 
@@ -184,13 +203,15 @@ def recover_stale(
     recovered = 0
     try:
         with uow_factory(read_only=True) as uow:
-            stale = uow.repo.find_stale_jobs(
+            stale = uow.recovery.find_stale_jobs(
                 lease_seconds=settings.lease_seconds,
                 worker_dead_seconds=settings.worker_dead_seconds,
                 organization_id=organization_id,
                 job_id=job_id,
             )
-            orphans = uow.repo.find_orphan_item_jobs(organization_id=organization_id, job_id=job_id)
+            orphans = uow.recovery.find_orphan_item_jobs(
+                organization_id=organization_id, job_id=job_id
+            )
     except OperationalError:
         log.warning("recovery check skipped: database busy", exc_info=True)
         return 0
@@ -207,7 +228,7 @@ def recover_stale(
             )
         try:
             with uow_factory() as uow:
-                won = uow.repo.recover_stale_job(
+                won = uow.recovery.recover_stale_job(
                     job,
                     lease_seconds=settings.lease_seconds,
                     worker_dead_seconds=settings.worker_dead_seconds,
@@ -230,7 +251,7 @@ def recover_stale(
     for orphan_job_id in orphans:
         try:
             with uow_factory() as uow:
-                uow.repo.recover_orphan_items(
+                uow.recovery.recover_orphan_items(
                     orphan_job_id, "auto-recovered: left GENERATING after its run ended"
                 )
                 uow.commit()
@@ -239,54 +260,265 @@ def recover_stale(
     return recovered
 
 
-def get_job(
-    uow_factory: UowFactory, settings: Settings, user: UserRecord, job_id: int
-) -> dict[str, Any]:
-    """One job as the API shows it, after lease-expiry recovery."""
-    with uow_factory(read_only=True) as uow:
-        view = uow.repo.get_job_view(
-            job_id,
-            user.organization_id,
-            lease_seconds=settings.lease_seconds,
-            worker_dead_seconds=settings.worker_dead_seconds,
-        )
-        if view is not None and view["status"] == JobStatus.GENERATING:
-            slot, pace = SlotRepository(uow.session).waiting(job_id)
-            view["lease"]["waiting_for_slot"] = slot
-            view["lease"]["waiting_for_pace"] = pace
-    if view is None:
-        raise NotFound("job not found")
-    # The common read costs one transaction; only a job that looks dead (or has orphan
-    # items) pays for the recovery pass, and is read again after it.
-    if view.pop("needs_recovery"):
+@dataclass(frozen=True)
+class Conditional:
+    """A conditional read's answer: the ETag, and the JSON text unless not modified."""
+
+    etag: str
+    body: str | None
+
+    @property
+    def not_modified(self) -> bool:
+        """Whether the client's copy is current (answer 304, build nothing)."""
+        return self.body is None
+
+
+def never_seen(etag: str) -> bool:
+    """An ``if_none_match`` for unconditional reads."""
+    return False
+
+
+def _job_head(
+    reads: ReadScope, uow_factory: UowFactory, settings: Settings, user: UserRecord, job_id: int
+) -> JobHead:
+    """The job's head after lease-expiry recovery: one statement in the common case.
+
+    Only a job that looks dead (or has orphan items) pays for the recovery pass, through
+    writers, and is read again in a fresh read transaction.
+    """
+    head = reads.reader().views.job_head(
+        job_id,
+        user.organization_id,
+        lease_seconds=settings.lease_seconds,
+        worker_dead_seconds=settings.worker_dead_seconds,
+    )
+    if head is not None and head.needs_recovery:
+        reads.close()
         recover_stale(uow_factory, settings, organization_id=user.organization_id, job_id=job_id)
-        with uow_factory(read_only=True) as uow:
-            view = uow.repo.get_job_view(job_id, user.organization_id)
-        if view is None:
-            raise NotFound("job not found")
-    return with_lease_expiry(view, settings)
+        head = reads.reader().views.job_head(job_id, user.organization_id)
+    if head is None:
+        raise NotFound("job not found")
+    return head
 
 
-def with_lease_expiry(view: dict[str, Any], settings: Settings) -> dict[str, Any]:
-    """Add when the run would be declared dead, from the database's own timestamps."""
-    lease = view["lease"]
-    live = view["status"] == JobStatus.GENERATING
-    lease["lease_seconds"] = settings.lease_seconds
-    lease["worker_dead_seconds"] = settings.worker_dead_seconds
-    lease["expires_at"] = None
-    lease["worker_expires_at"] = None
-    # Items waiting for a deployment-wide provider slot or the pace (see slots.py).
-    lease.setdefault("waiting_for_slot", 0)
-    lease.setdefault("waiting_for_pace", 0)
+def lease_of(head: JobHead, settings: Settings) -> dict[str, Any]:
+    """The live run's lease, and when it would be declared dead (database timestamps)."""
+    live = head.status == JobStatus.GENERATING
+    beat = head.worker_heartbeat_at if live else None
+    lease: dict[str, Any] = {
+        "worker": head.worker,
+        "worker_heartbeat_at": beat.isoformat() if beat else None,
+        "last_progress_at": head.last_progress_at.isoformat(),
+        "reclaim_count": head.reclaim_count,
+        "lease_seconds": settings.lease_seconds,
+        "worker_dead_seconds": settings.worker_dead_seconds,
+        "expires_at": None,
+        "worker_expires_at": None,
+        # Items waiting for a deployment-wide provider slot or the pace (see slots.py).
+        "waiting_for_slot": head.waiting_for_slot if live else 0,
+        "waiting_for_pace": head.waiting_for_pace if live else 0,
+    }
     if live:
-        last = datetime.fromisoformat(lease["last_progress_at"])
-        lease["expires_at"] = (last + timedelta(seconds=settings.lease_seconds)).isoformat()
-        if lease["worker_heartbeat_at"]:
-            beat = datetime.fromisoformat(lease["worker_heartbeat_at"])
+        expires = head.last_progress_at + timedelta(seconds=settings.lease_seconds)
+        lease["expires_at"] = expires.isoformat()
+        if beat is not None:
             lease["worker_expires_at"] = (
                 beat + timedelta(seconds=settings.worker_dead_seconds)
             ).isoformat()
-    return view
+    return lease
+
+
+def _job_document(views: Views, head: JobHead, settings: Settings, *, with_items: bool) -> str:
+    """The job's JSON (built by the database) with the lease spliced in."""
+    document = views.job_json(head.id, with_items=with_items)
+    return f'{document[:-1]}, "lease": {json.dumps(lease_of(head, settings))}}}'
+
+
+def read_job(
+    reads: ReadScope,
+    uow_factory: UowFactory,
+    settings: Settings,
+    user: UserRecord,
+    job_id: int,
+    *,
+    with_items: bool = True,
+    if_none_match: Callable[[str], bool] = never_seen,
+) -> Conditional:
+    """One job as the API shows it, after lease-expiry recovery, as a conditional read.
+
+    ``with_items=False`` leaves the items out (``?items=none``). When ``if_none_match``
+    accepts the ETag, nothing but the job's head is read.
+    """
+    head = _job_head(reads, uow_factory, settings, user, job_id)
+    etag = head.etag("" if with_items else "-n")
+    if if_none_match(etag):
+        return Conditional(etag, None)
+    views = reads.reader().views
+    return Conditional(etag, _job_document(views, head, settings, with_items=with_items))
+
+
+MAX_ITEMS_PAGE = 1000
+DEFAULT_ITEMS_PAGE = 100
+DEFAULT_JOBS_PAGE = 50
+
+
+# Beyond any real number of rows, and within the databases' 64-bit OFFSET.
+MAX_OFFSET = 2**53
+
+
+def _bounded(name: str, value: int | None, default: int, low: int, high: int | None) -> int:
+    """A paging parameter within bounds; ValidationError naming it otherwise."""
+    if value is None:
+        return default
+    if value < low or (high is not None and value > high):
+        bounds = f"between {low} and {high}" if high is not None else f"at least {low}"
+        raise ValidationError(f"{name} must be {bounds}", field=name)
+    return value
+
+
+def read_job_items(
+    reads: ReadScope,
+    uow_factory: UowFactory,
+    settings: Settings,
+    user: UserRecord,
+    job_id: int,
+    *,
+    status: str | None = None,
+    offset: int | None = None,
+    limit: int | None = None,
+    if_none_match: Callable[[str], bool] = never_seen,
+) -> Conditional:
+    """A page of a job's items in position order with their ``total`` (of that status),
+    after recovery, as a conditional read: ``{"items": [...], "total": int}``."""
+    if status is not None and status not in ITEM_STATUSES:
+        raise ValidationError("status must be PENDING, GENERATING, DONE or ERROR", field="status")
+    offset = _bounded("offset", offset, 0, 0, None)
+    limit = _bounded("limit", limit, DEFAULT_ITEMS_PAGE, 1, MAX_ITEMS_PAGE)
+    head = _job_head(reads, uow_factory, settings, user, job_id)
+    etag = head.etag(f"-i{status or ''}-{offset}-{limit}")
+    if if_none_match(etag):
+        return Conditional(etag, None)
+    page = reads.reader().views.items_json(
+        head.id, status=status, offset=min(offset, MAX_OFFSET), limit=limit
+    )
+    total = head.total if status is None else head.counts[status]
+    return Conditional(etag, f'{{"items": {page}, "total": {total}}}')
+
+
+def read_jobs(
+    reads: ReadScope,
+    uow_factory: UowFactory,
+    settings: Settings,
+    user: UserRecord,
+    *,
+    status: str | None = None,
+    page: int | None = None,
+    per_page: int | None = None,
+    if_none_match: Callable[[str], bool] = never_seen,
+) -> Conditional:
+    """A page of the organization's job summaries, newest first, after recovery:
+    ``{"jobs": [...], "total", "page", "per_page"}``, as a conditional read."""
+    if status is not None and status not in JOB_STATUSES:
+        raise ValidationError(
+            "status must be PENDING, GENERATING, COMPLETED or FAILED", field="status"
+        )
+    page = _bounded("page", page, 1, 1, None)
+    per_page = _bounded("per_page", per_page, DEFAULT_JOBS_PAGE, 1, MAX_PAGE)
+    reader = reads.reader()
+    # Lists recover dead jobs before answering; the common read only looks (one statement).
+    if reader.recovery.anything_to_recover(
+        user.organization_id,
+        lease_seconds=settings.lease_seconds,
+        worker_dead_seconds=settings.worker_dead_seconds,
+    ):
+        reads.close()
+        recover_stale(uow_factory, settings, organization_id=user.organization_id)
+        reader = reads.reader()
+    stamp = reader.views.jobs_stamp(user.organization_id, status=status)
+    etag = stamp.etag(f"-{status or ''}-{page}-{per_page}")
+    if if_none_match(etag):
+        return Conditional(etag, None)
+    jobs = reader.views.jobs_json(
+        user.organization_id,
+        status=status,
+        offset=min((page - 1) * per_page, MAX_OFFSET),
+        limit=per_page,
+    )
+    body = f'{{"jobs": {jobs}, "total": {stamp.total}, "page": {page}, "per_page": {per_page}}}'
+    return Conditional(etag, body)
+
+
+def _document(answer: Conditional) -> dict[str, Any]:
+    assert answer.body is not None
+    result: dict[str, Any] = json.loads(answer.body)
+    return result
+
+
+def _scope(uow_factory: UowFactory, reads: ReadScope | None) -> ReadScope:
+    """The caller's read transaction, or a new one (closed by the caller's ``with``)."""
+    return reads if reads is not None else ReadScope(uow_factory)
+
+
+def get_job(
+    uow_factory: UowFactory,
+    settings: Settings,
+    user: UserRecord,
+    job_id: int,
+    *,
+    reads: ReadScope | None = None,
+) -> dict[str, Any]:
+    """One job with its items and runs, after lease-expiry recovery (pages, 201 answers).
+
+    Pass the request's ``reads`` to share its read transaction."""
+    scope = _scope(uow_factory, reads)
+    try:
+        return _document(read_job(scope, uow_factory, settings, user, job_id))
+    finally:
+        if reads is None:
+            scope.close()
+
+
+def get_job_summary(
+    uow_factory: UowFactory,
+    settings: Settings,
+    user: UserRecord,
+    job_id: int,
+    *,
+    reads: ReadScope | None = None,
+) -> dict[str, Any]:
+    """One job without its items (with progress, runs and lease), after recovery: what
+    ``GET /api/jobs/ID?items=none`` answers."""
+    scope = _scope(uow_factory, reads)
+    try:
+        answer = read_job(scope, uow_factory, settings, user, job_id, with_items=False)
+        return _document(answer)
+    finally:
+        if reads is None:
+            scope.close()
+
+
+def get_items_page(
+    uow_factory: UowFactory,
+    settings: Settings,
+    user: UserRecord,
+    job_id: int,
+    *,
+    status: str | None = None,
+    offset: int = 0,
+    limit: int = DEFAULT_ITEMS_PAGE,
+    reads: ReadScope | None = None,
+) -> dict[str, Any]:
+    """A page of a job's items: ``{"items": [...], "total": int}``, after recovery; what
+    ``GET /api/jobs/ID/items`` answers."""
+    scope = _scope(uow_factory, reads)
+    try:
+        answer = read_job_items(
+            scope, uow_factory, settings, user, job_id, status=status, offset=offset, limit=limit
+        )
+        return _document(answer)
+    finally:
+        if reads is None:
+            scope.close()
 
 
 def list_jobs(
@@ -297,27 +529,26 @@ def list_jobs(
     status: str | None = None,
     page: int = 1,
     per_page: int | None = None,
+    reads: ReadScope | None = None,
 ) -> tuple[list[dict[str, Any]], int]:
     """An organization's job summaries, newest first, after recovery; and the total."""
-    if status is not None and status not in (
-        JobStatus.PENDING, JobStatus.GENERATING, JobStatus.COMPLETED, JobStatus.FAILED,
-    ):  # fmt: skip
-        raise ValidationError("status must be PENDING, GENERATING, COMPLETED or FAILED")
-    recover_stale(uow_factory, settings, organization_id=user.organization_id)
-    limit = None if per_page is None else max(1, min(per_page, MAX_PAGE))
-    offset = 0 if limit is None else (max(1, page) - 1) * limit
-    with uow_factory(read_only=True) as uow:
-        jobs = uow.repo.list_job_summaries(
-            user.organization_id, status=status, limit=limit, offset=offset
+    scope = _scope(uow_factory, reads)
+    try:
+        answer = _document(
+            read_jobs(
+                scope, uow_factory, settings, user, status=status, page=page, per_page=per_page
+            )
         )
-        total = uow.repo.count_jobs(user.organization_id, status=status)
-    return jobs, total
+    finally:
+        if reads is None:
+            scope.close()
+    return answer["jobs"], answer["total"]
 
 
 def start_generation(
     uow_factory: UowFactory,
     settings: Settings,
-    runner: Runner,
+    runner: RunStarter,
     user: UserRecord,
     job_id: int,
     *,
@@ -333,7 +564,7 @@ def start_generation(
     check_budget(uow_factory, runner.provider, user, job_id, regenerate=regenerate)
     worker_id = runner.worker_id()
     with uow_factory() as uow:
-        attempt = uow.repo.claim_job(
+        attempt = uow.jobs.claim_job(
             job_id,
             user.organization_id,
             regenerate=regenerate,
@@ -342,11 +573,11 @@ def start_generation(
         )
         view = None
         if attempt is None:
-            reason = uow.repo.claim_refusal(job_id, user.organization_id)
+            reason = uow.jobs.claim_refusal(job_id, user.organization_id)
         else:
             # The answer shows the claim as it commits (GENERATING at the new attempt),
             # however fast the run then goes.
-            view = uow.repo.get_job_view(job_id, user.organization_id)
+            view = _claimed_view(uow, settings, user, job_id)
             uow.commit()
     if attempt is None:
         metrics.CLAIMS.labels(result="refused").inc()
@@ -360,13 +591,34 @@ def start_generation(
     log.info("claim won job=%s attempt=%s regenerate=%s", job_id, attempt, regenerate)
     runner.start(job_id, attempt)
     assert view is not None
-    return with_lease_expiry(view, settings)
+    return view
 
 
-def item_audio_key(uow_factory: UowFactory, user: UserRecord, job_id: int, item_id: int) -> str:
+def _claimed_view(
+    uow: WriteUnit, settings: Settings, user: UserRecord, job_id: int
+) -> dict[str, Any]:
+    """The job as the claim's own transaction sees it."""
+    head = uow.views.job_head(job_id, user.organization_id)
+    assert head is not None
+    result: dict[str, Any] = json.loads(_job_document(uow.views, head, settings, with_items=True))
+    return result
+
+
+def item_audio_key(
+    uow_factory: UowFactory,
+    user: UserRecord,
+    job_id: int,
+    item_id: int,
+    *,
+    reads: ReadScope | None = None,
+) -> str:
     """The storage key of an item's audio; NotFound when it has none or is not yours."""
-    with uow_factory(read_only=True) as uow:
-        key = uow.repo.item_audio(job_id, item_id, user.organization_id)
+    scope = _scope(uow_factory, reads)
+    try:
+        key = scope.reader().views.item_audio(job_id, item_id, user.organization_id)
+    finally:
+        if reads is None:
+            scope.close()
     if key is None:
         raise NotFound("no audio for this item")
     return key

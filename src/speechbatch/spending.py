@@ -17,8 +17,8 @@ from .errors import BudgetExceeded, NotFound, NotGenerating, ValidationError
 from .fingerprints import fingerprinter
 from .models import ItemStatus
 from .providers.base import TTSProvider
+from .repositories import UserRecord
 from .repositories.spending import SpendingRepository, Usage
-from .repository import UserRecord
 from .runner import Runner
 from .storage import TEMP_PREFIX, LocalStorage
 from .uow import UowFactory
@@ -180,13 +180,13 @@ def cancel_generation(
     Returns the cancelled run's attempt.
     """
     with uow_factory() as uow:
-        attempt = uow.repo.live_attempt(job_id, user.organization_id)
+        attempt = uow.runs.live_attempt(job_id, user.organization_id)
         if attempt is None:
-            if not uow.repo.job_exists(job_id, user.organization_id):
+            if uow.jobs.claim_refusal(job_id, user.organization_id) == "not_found":
                 raise NotFound("job not found")
             raise NotGenerating()
         message = f"cancelled by {user.email}; Retry resumes without paying again for DONE items"
-        if not uow.repo.cancel_run(job_id, attempt, user.id, message):
+        if not uow.runs.cancel_run(job_id, attempt, user.id, message):
             raise NotGenerating()
         uow.commit()
     runner.cancel(job_id, attempt)

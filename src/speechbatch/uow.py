@@ -1,37 +1,97 @@
-"""Unit of work: owns one session and its transaction; rolls back unless committed."""
+"""Units of work: a reader that cannot write and a writer that commits.
+
+Each owns one session and its transaction and rolls back at the end unless (writer
+only) ``commit()`` was called. The reader is enforced by the database: PostgreSQL
+runs its transaction READ ONLY (psycopg begins it with ``BEGIN READ ONLY``), SQLite
+runs it under ``PRAGMA query_only`` (set at each BEGIN, so a pooled connection never
+carries it into a writer). Both expose one small repository per concept.
+"""
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from types import TracebackType
-from typing import Any
+from typing import Any, Literal, Protocol, Self, overload
 
 from sqlalchemy.orm import Session, sessionmaker
 
 from .db import READ_ONLY
+from .locks import ExportRepository, LockRepository
+from .read import JobViews, Views
+from .repositories import (
+    Jobs,
+    JobsRepository,
+    Recovery,
+    RecoveryRepository,
+    Runs,
+    RunsRepository,
+    Users,
+    UsersRepository,
+    WorkersRepository,
+)
+from .repositories.resume import ResumeRepository
+from .repositories.slots import SlotRepository
 from .repositories.spending import SpendingRepository
-from .repository import Repository
 
 
-class UnitOfWork:
-    """A short transaction: ``with uow_factory() as uow: ...; uow.commit()``."""
+class ReadUnit(Protocol):
+    """What services may use to read: repositories whose writes the database refuses."""
 
-    repo: Repository
-    spending: SpendingRepository
+    @property
+    def users(self) -> Users: ...
+    @property
+    def recovery(self) -> Recovery: ...
+    @property
+    def views(self) -> Views: ...
+    @property
+    def exports(self) -> ExportRepository: ...
+    @property
+    def spending(self) -> SpendingRepository: ...
+    @property
+    def slots(self) -> SlotRepository: ...
+    @property
+    def resume(self) -> ResumeRepository: ...
+
+    def __enter__(self) -> Self: ...
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None: ...
+
+
+class WriteUnit(ReadUnit, Protocol):
+    """What services may use to write, and ``commit``. (The runner and the worker
+    identity use the concrete Writer: its ``runs`` and ``workers``.)"""
+
+    @property
+    def jobs(self) -> Jobs: ...
+    @property
+    def runs(self) -> Runs: ...
+    @property
+    def locks(self) -> LockRepository: ...
+
+    def commit(self) -> None: ...
+
+
+class _Unit:
     session: Session
 
-    def __init__(self, session_factory: sessionmaker[Any], *, read_only: bool = False) -> None:
+    def __init__(self, session_factory: sessionmaker[Any]) -> None:
         self._session_factory = session_factory
-        self._read_only = read_only
 
-    def __enter__(self) -> UnitOfWork:
+    def _open(self, **execution_options: Any) -> None:
         self.session = self._session_factory()
-        if self._read_only:
-            options: dict[str, Any] = {READ_ONLY: True}
-            self.session.connection(execution_options=options)
-        self.repo = Repository(self.session)
+        if execution_options:
+            self.session.connection(execution_options=execution_options)
+        self.users = UsersRepository(self.session)
+        self.recovery = RecoveryRepository(self.session)
+        self.views = JobViews(self.session)
+        self.exports = ExportRepository(self.session)
+        self.locks = LockRepository(self.session)
         self.spending = SpendingRepository(self.session)
-        return self
+        self.slots = SlotRepository(self.session)
+        self.resume = ResumeRepository(self.session)
 
     def __exit__(
         self,
@@ -44,6 +104,28 @@ class UnitOfWork:
         finally:
             self.session.close()
 
+
+class Reader(_Unit):
+    """A read-only transaction: ``with uow_factory(read_only=True) as uow: ...``.
+
+    It has no ``commit``; a write inside it fails in the database.
+    """
+
+    def __enter__(self) -> Reader:
+        self._open(**{READ_ONLY: True, "postgresql_readonly": True})
+        return self
+
+
+class Writer(_Unit):
+    """A short writing transaction: ``with uow_factory() as uow: ...; uow.commit()``."""
+
+    def __enter__(self) -> Writer:
+        self._open()
+        self.jobs = JobsRepository(self.session)
+        self.runs = RunsRepository(self.session)
+        self.workers = WorkersRepository(self.session)
+        return self
+
     def commit(self) -> None:
         """Commit what this unit of work did."""
         self.session.commit()
@@ -53,5 +135,62 @@ class UnitOfWork:
         self.session.rollback()
 
 
-# Called as uow_factory() or uow_factory(read_only=True).
-UowFactory = Callable[..., UnitOfWork]
+class UowFactory(Protocol):
+    """``uow_factory()`` opens a writer, ``uow_factory(read_only=True)`` a reader."""
+
+    @overload
+    def __call__(self, *, read_only: Literal[False] = ...) -> WriteUnit: ...
+    @overload
+    def __call__(self, *, read_only: Literal[True]) -> ReadUnit: ...
+
+
+class SessionUowFactory:
+    """The app's unit-of-work factory over one session factory (one engine)."""
+
+    def __init__(self, session_factory: sessionmaker[Any]) -> None:
+        self.session_factory = session_factory
+
+    @overload
+    def __call__(self, *, read_only: Literal[False] = ...) -> Writer: ...
+    @overload
+    def __call__(self, *, read_only: Literal[True]) -> Reader: ...
+    def __call__(self, *, read_only: bool = False) -> Reader | Writer:
+        if read_only:
+            return Reader(self.session_factory)
+        return Writer(self.session_factory)
+
+
+class ReadScope:
+    """One request's read transaction, shared by the token lookup and the answer.
+
+    ``restart()`` ends it and opens a fresh one: after a recovery written by a writer,
+    the next read must see it (a SQLite reader keeps the snapshot of its first read).
+    """
+
+    def __init__(self, uow_factory: UowFactory) -> None:
+        self._uow_factory = uow_factory
+        self._reader: ReadUnit | None = None
+
+    def reader(self) -> ReadUnit:
+        """The open reader (opened on first use)."""
+        if self._reader is None:
+            reader = self._uow_factory(read_only=True)
+            self._reader = reader.__enter__()
+        return self._reader
+
+    def restart(self) -> ReadUnit:
+        """End the current read transaction and open a new one."""
+        self.close()
+        return self.reader()
+
+    def close(self) -> None:
+        """End the read transaction, if one is open."""
+        reader, self._reader = self._reader, None
+        if reader is not None:
+            reader.__exit__(None, None, None)
+
+    def __enter__(self) -> ReadScope:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

@@ -8,7 +8,7 @@ import socket
 import threading
 from collections.abc import Callable
 
-from .uow import UowFactory
+from .uow import SessionUowFactory
 
 log = logging.getLogger(__name__)
 
@@ -21,7 +21,7 @@ class WorkerIdentity:
     worker) notices the new PID and registers itself anew.
     """
 
-    def __init__(self, uow_factory: UowFactory, interval_seconds: float) -> None:
+    def __init__(self, uow_factory: SessionUowFactory, interval_seconds: float) -> None:
         self._uow_factory = uow_factory
         self._interval = interval_seconds
         self._lock = threading.Lock()
@@ -42,7 +42,7 @@ class WorkerIdentity:
         with self._lock:
             if self._id is None or self._pid != pid:
                 with self._uow_factory() as uow:
-                    self._id = uow.repo.register_worker(socket.gethostname(), pid)
+                    self._id = uow.workers.register_worker(socket.gethostname(), pid)
                     uow.commit()
                 self._pid = pid
                 self._stop = threading.Event()
@@ -57,7 +57,7 @@ class WorkerIdentity:
         while not stop.wait(self._interval):
             try:
                 with self._uow_factory() as uow:
-                    uow.repo.heartbeat_worker(worker_id)
+                    uow.workers.heartbeat_worker(worker_id)
                     uow.commit()
             except Exception:
                 # A database blip must not kill the heartbeat; a long one makes the
@@ -80,7 +80,7 @@ class WorkerIdentity:
             self._stop.set()
             try:
                 with self._uow_factory() as uow:
-                    uow.repo.mark_worker_stopped(self._id)
+                    uow.workers.mark_worker_stopped(self._id)
                     uow.commit()
             except Exception:
                 log.exception("could not mark worker stopped id=%s", self._id)

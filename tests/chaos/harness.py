@@ -408,14 +408,19 @@ class Database:
         )
 
     def jobs_health(self, job_ids: list[int]) -> list[dict[str, Any]]:
-        """Per job: status, attempt, run rows, RUNNING runs, GENERATING items."""
+        """Per job: status, attempt, run rows, RUNNING runs, GENERATING items, and the job's
+        progress counters next to its items counted per status."""
         return self._rows(
             "SELECT j.id, j.status, j.attempt,"
             " (SELECT count(*) FROM runs r WHERE r.job_id = j.id) AS runs,"
             " (SELECT count(*) FROM runs r WHERE r.job_id = j.id AND r.outcome = 'RUNNING')"
             "   AS running,"
             " (SELECT count(*) FROM items i WHERE i.job_id = j.id AND i.status = 'GENERATING')"
-            "   AS generating_items"
+            "   AS generating_items,"
+            " ARRAY[j.items_pending, j.items_generating, j.items_done, j.items_error] AS counters,"
+            " ARRAY(SELECT count(*) FILTER (WHERE i.status = s) FROM items i,"
+            "   unnest(ARRAY['PENDING', 'GENERATING', 'DONE', 'ERROR']) WITH ORDINALITY AS u(s, n)"
+            "   WHERE i.job_id = j.id GROUP BY u.n ORDER BY u.n) AS real_counts"
             " FROM jobs j WHERE j.id = ANY(%s) ORDER BY j.id",
             (job_ids,),
         )
@@ -434,6 +439,8 @@ def check_jobs_health(checks: Checks, db: Database, job_ids: list[int]) -> None:
         or r["generating_items"]
     ]
     checks.check("no job GENERATING, no RUNNING run, a run row per attempt", not bad, bad)
+    drift = [r for r in rows if list(r["counters"]) != list(r["real_counts"])]
+    checks.check("progress counters equal the items' statuses", not drift, drift)
 
 
 def temp_files(root: Path) -> list[Path]:

@@ -150,15 +150,15 @@ def api_token(app_database: tuple[str, str]) -> str:
 def spawn_server(env: dict[str, str], tmp_path: Path, api_token: str) -> Iterator[ServerFactory]:
     """A factory of started gunicorn servers on this test's database.
 
-    ``spawn_server(workers=2, threads=4, name="a", env={...}, **GunicornServer kwargs)``;
-    ``env`` adds variables to the test's environment. Every server it made is SIGKILLed
-    with its whole process group at teardown.
+    ``spawn_server(workers=2, threads=4, name="a", **GunicornServer kwargs)``;
+    ``extra_env={...}`` adds variables to this server's environment only. Every server it
+    made is SIGKILLed with its whole process group at teardown.
     """
     servers: list[GunicornServer] = []
 
-    def spawn(**kwargs: Any) -> GunicornServer:
+    def spawn(extra_env: dict[str, str] | None = None, **kwargs: Any) -> GunicornServer:
         kwargs.setdefault("name", f"server{len(servers) + 1}")
-        server = GunicornServer({**env, **kwargs.pop("env", {})}, tmp_path, **kwargs)
+        server = GunicornServer({**env, **(extra_env or {})}, tmp_path, **kwargs)
         servers.append(server)
         return server.start()
 

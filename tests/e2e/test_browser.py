@@ -1,8 +1,11 @@
-"""The admin pages in a real browser against gunicorn, with real offline speech (espeak).
+"""The admin pages in a real browser against gunicorn.
 
-One flow: sign in, create a job, Generate and watch the progress reach 100 % without a
-reload, play an item, crash the worker (SIGKILL) in the middle of a Regenerate, see the
-auto-recovered banner, Retry, see it complete. Screenshots go to $SPEECHBATCH_SCREENSHOT_DIR.
+One flow with real offline speech (espeak): sign in, create a job, Generate and watch the
+progress reach 100 % without a reload, play an item, crash the worker (SIGKILL) in the
+middle of a Regenerate, see the auto-recovered banner, Retry, see it complete. Then, against
+a fake provider whose latency the test sets: a 130-item job shown 100 items a page with a
+status filter, polled with If-None-Match (304 while nothing changes) until it completes, and
+the job list updating itself. Screenshots go to $SPEECHBATCH_SCREENSHOT_DIR.
 """
 
 from __future__ import annotations
@@ -11,13 +14,26 @@ import os
 import re
 import signal
 import tempfile
-from collections.abc import Iterator
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
+from urllib.parse import parse_qs, urlsplit
 
 import pytest
-from playwright.sync_api import Browser, Dialog, FilePayload, Locator, Page, expect, sync_playwright
+from playwright.sync_api import (
+    Browser,
+    Dialog,
+    FilePayload,
+    Locator,
+    Page,
+    Response,
+    expect,
+    sync_playwright,
+)
 
 from tests.conftest import IN_CI
+from tests.support.fake_provider import FakeProvider
 from tests.support.server import (
     ADMIN_EMAIL,
     ADMIN_PASSWORD,
@@ -92,18 +108,104 @@ def browser() -> Iterator[Browser]:
             chromium.close()
 
 
-@pytest.fixture
-def page(browser: Browser, server: tuple[GunicornServer, str]) -> Iterator[Page]:
-    """A fresh browser context (no cookies) on the app, with a desktop viewport."""
-    context = browser.new_context(
-        base_url=server[0].base_url, viewport={"width": 1280, "height": 900}
-    )
+@pytest.fixture(scope="module")
+def fake_server(
+    tmp_path_factory: pytest.TempPathFactory,
+) -> Iterator[tuple[GunicornServer, str, FakeProvider]]:
+    """gunicorn wsgi:app on SQLite with the fake provider (latency set by each test)."""
+    tmp = tmp_path_factory.mktemp("browser-fake")
+    with FakeProvider(latency=0.0, api_key="test-key") as fake:
+        # A call may take a few seconds on purpose: the timeout and the lease allow for it.
+        # The production default of WORKER_DEAD_SECONDS (heartbeats every 10 s): a summary
+        # shows when its worker last beat, so with the tests' 3 s it would change too often
+        # for a poll ever to find nothing new.
+        env = app_env(
+            sqlite_url(tmp), fake.url, tmp / "audio",
+            TTS_TIMEOUT_SECONDS=20, LEASE_SECONDS=120, ITEM_CONCURRENCY=4, WORKER_DEAD_SECONDS=60,
+        )  # fmt: skip
+        token = bootstrap(env)
+        app = GunicornServer(env, tmp, workers=1, threads=4, name="browser-fake")
+        app.start()
+        try:
+            yield app, token, fake
+        finally:
+            fake.latency = 0.0
+            app.stop(graceful=False)
+
+
+def new_tab(browser: Browser, base_url: str) -> Iterator[Page]:
+    """A fresh browser context (no cookies) on ``base_url``, with a desktop viewport."""
+    context = browser.new_context(base_url=base_url, viewport={"width": 1280, "height": 900})
     context.set_default_timeout(20_000)
     tab = context.new_page()
     try:
         yield tab
     finally:
         context.close()
+
+
+@pytest.fixture
+def page(browser: Browser, server: tuple[GunicornServer, str]) -> Iterator[Page]:
+    """A tab on the espeak server."""
+    yield from new_tab(browser, server[0].base_url)
+
+
+@pytest.fixture
+def fake_session(
+    browser: Browser, fake_server: tuple[GunicornServer, str, FakeProvider]
+) -> Iterator[tuple[Page, ApiClient, FakeProvider]]:
+    """A signed-in tab on the fake-provider server, an API client there, and the provider."""
+    app, token, fake = fake_server
+    for tab in new_tab(browser, app.base_url):
+        sign_in(tab)
+        yield tab, ApiClient(app.base_url, token), fake
+
+
+@dataclass
+class Poll:
+    """One API answer the page received: path, query, status, If-None-Match sent, ETag."""
+
+    path: str
+    query: dict[str, list[str]]
+    status: int
+    if_none_match: str | None
+    etag: str | None
+
+
+def record_polls(page: Page) -> list[Poll]:
+    """Every /api/ answer the page receives from now on, in order."""
+    polls: list[Poll] = []
+
+    def seen(response: Response) -> None:
+        url = urlsplit(response.url)
+        if url.path.startswith("/api/"):
+            header = response.request.headers.get("if-none-match")
+            etag = response.headers.get("etag")
+            polls.append(Poll(url.path, parse_qs(url.query), response.status, header, etag))
+
+    page.on("response", seen)
+    return polls
+
+
+def assert_sends_the_last_etag(answers: list[Poll]) -> None:
+    """Every poll after the first sends the ETag of the last 200 as If-None-Match."""
+    last = None
+    for poll in answers:
+        assert poll.if_none_match == last, (poll, last)
+        if poll.status == 200:
+            assert poll.etag, poll
+            last = poll.etag
+        else:
+            assert poll.status == 304, poll
+
+
+def wait_until(page: Page, condition: Callable[[], bool], timeout: float, what: str) -> None:
+    """Let the page run until ``condition()`` holds."""
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"not within {timeout:g} s: {what}")
+        page.wait_for_timeout(200)
 
 
 def sign_in(page: Page) -> None:
@@ -159,11 +261,7 @@ def test_generate_watch_play_crash_recover_retry(
     app, token = server
     api = ApiClient(app.base_url, token)
     SCREENSHOTS.mkdir(parents=True, exist_ok=True)
-    polls: list[str] = []
-    page.on(
-        "response",
-        lambda r: polls.append(r.url) if re.search(r"/api/jobs/\d+$", r.url) else None,
-    )
+    polls = record_polls(page)
 
     sign_in(page)
     job_id = create_job(page, "Welcome messages", ITEMS)
@@ -281,3 +379,97 @@ def test_hostile_text_is_shown_as_text(page: Page) -> None:
     expect(page.locator("table.jobs a", has_text="window.__xss").first).to_be_visible()
     assert page.evaluate("window.__xss") is None
     assert not errors
+
+
+def test_long_job_pages_filters_and_polls_conditionally(
+    fake_session: tuple[Page, ApiClient, FakeProvider],
+) -> None:
+    page, api, fake = fake_session
+    job_id = api.create_job([f"Line {n}." for n in range(1, 131)], title="Long job")["id"]
+    rows = page.locator("#items tbody tr")
+
+    # 100 items a page, and a pager.
+    page.goto(f"/jobs/{job_id}")
+    expect(rows).to_have_count(100)
+    expect(page.locator("#items-range")).to_have_text("Page 1 of 2 · 130 items")
+    page.click("#items-pager >> text=Next")
+    expect(page).to_have_url(re.compile(rf"/jobs/{job_id}\?page=2$"))
+    expect(rows).to_have_count(30)
+    expect(rows.first.locator("td").first).to_have_text("101")
+    expect(rows.last.locator("td").first).to_have_text("130")
+
+    # The status filter, with the count of each status.
+    page.click("#item-filters >> text=Done")
+    expect(page).to_have_url(re.compile(r"\?status=DONE$"))
+    expect(rows).to_have_count(0)
+    expect(page.locator("#items-empty")).to_have_text("No done items.")
+    page.click("#item-filters >> text=Pending")
+    expect(rows).to_have_count(100)
+    expect(page.locator("#item-filters [data-count=pending]")).to_have_text("130")
+
+    # A slow provider: between two items nothing changes, and the polls answer 304.
+    fake.latency = 4.0
+    page.click("#btn-generate")
+    expect(page.locator(".flash-ok")).to_contain_text("Generation started (run 1)")
+    page.goto(f"/jobs/{job_id}?page=2")
+    polls = record_polls(page)
+    page.evaluate("window.__marker = 'still here'")
+
+    def answers(path: str) -> list[Poll]:
+        return [p for p in polls if p.path == path]
+
+    summary_path, items_path = f"/api/jobs/{job_id}", f"/api/jobs/{job_id}/items"
+    wait_until(
+        page,
+        lambda: all(any(p.status == 304 for p in answers(x)) for x in (summary_path, items_path)),
+        timeout=30,
+        what="a 304 for the summary and for the items",
+    )
+    fake.latency = 0.0
+    expect(progress(page)).to_have_attribute("aria-valuenow", "100", timeout=60_000)
+    expect(page.locator("#job-status")).to_have_text("COMPLETED")
+    expect(page.locator("#job-counts")).to_have_text("130 of 130 done")
+    expect(rows.locator(".badge-done")).to_have_count(30)
+    expect(rows.locator("audio")).to_have_count(30)
+    expect(page.locator("#item-filters [data-count=done]")).to_have_text("130")
+    assert page.evaluate("window.__marker") == "still here"
+
+    # Only the summary and the items on screen were read, each conditionally after the first.
+    assert {p.path for p in polls} == {summary_path, items_path}
+    summary, items = answers(summary_path), answers(items_path)
+    assert all(p.query == {"items": ["none"]} for p in summary)
+    assert all(p.query == {"offset": ["100"], "limit": ["100"]} for p in items)
+    for answers in (summary, items):
+        assert answers[0].if_none_match is None and answers[0].status == 200
+        assert {p.status for p in answers} == {200, 304}
+        assert_sends_the_last_etag(answers)
+    finished = len(polls)
+    page.wait_for_timeout(3_000)
+    assert len(polls) == finished, "polling did not stop after the job finished"
+    expect(page.locator("#job-live")).to_be_hidden()
+    page.screenshot(path=str(SCREENSHOTS / "job-long.png"), full_page=True)
+
+
+def test_job_list_updates_itself_while_a_job_generates(
+    fake_session: tuple[Page, ApiClient, FakeProvider],
+) -> None:
+    page, api, fake = fake_session
+    fake.latency = 4.0
+    job_id = api.create_job(["One.", "Two.", "Three."], title="Watched from the list")["id"]
+    assert api.generate(job_id).status_code == 202
+    polls = record_polls(page)
+    page.goto("/")
+    row = page.locator(f"tr[data-job-id='{job_id}']")
+    expect(row).to_contain_text("GENERATING")
+    page.evaluate("window.__marker = 'still here'")
+    expect(row).to_contain_text("COMPLETED", timeout=30_000)
+    expect(row.locator(".job-counts")).to_have_text("3 of 3 done")
+    expect(row.locator(".progress")).to_have_attribute("aria-valuenow", "100")
+    assert page.evaluate("window.__marker") == "still here"
+    lists = [p for p in polls if p.path == "/api/jobs"]
+    assert lists and all(p.query == {"page": ["1"], "per_page": ["20"]} for p in lists)
+    assert 304 in {p.status for p in lists}
+    assert_sends_the_last_etag(lists)
+    finished = len(lists)
+    page.wait_for_timeout(3_000)
+    assert len([p for p in polls if p.path == "/api/jobs"]) == finished

@@ -13,18 +13,25 @@ import time
 from collections import Counter
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 
 import requests
 
 from tests.support.fake_provider import FakeProvider, fake_audio
 from tests.support.server import (
     ITEM_CONCURRENCY,
+    PAUSE_DIR_VARIABLE,
+    PAUSE_MARKER,
+    PAUSE_POINT_APP,
+    PAUSED_FILE,
+    RELEASE_FILE,
     TTS_TIMEOUT_SECONDS,
     WORKER_DEAD_SECONDS,
     ApiClient,
     GunicornServer,
     Job,
     group_pids,
+    pid_stopped,
     wait_until,
 )
 
@@ -134,6 +141,23 @@ def assert_billing(
         f"crash were paid twice ({counts})"
     )
     return total
+
+
+def assert_unchanged_by_zombie(api: ApiClient, job_id: int, final: Job) -> None:
+    """The job reads as ``final`` (attempt 2, COMPLETED): the thawed zombie changed nothing."""
+    after = api.get_job(job_id)
+    assert (after["status"], after["attempt"]) == ("COMPLETED", 2), summary(after)
+    assert after["runs"] == final["runs"], (after["runs"], final["runs"])
+    items_before = {i["id"]: i for i in final["items"]}
+    for item in after["items"]:
+        was = items_before[item["id"]]
+        changed = {
+            k: (was[k], item[k])
+            for k in ("status", "audio_url", "error_message", "updated_at")
+            if was[k] != item[k]
+        }
+        assert not changed, f"the fenced zombie changed item {item['id']}: {changed}"
+    assert_audio_matches(api, after)
 
 
 def assert_recovered(job: Job, attempt: int) -> None:
@@ -257,7 +281,6 @@ def test_sigstop_zombie_is_fenced(
 
     final = retry_to_completion(api_b, job_id, previous_attempt=1)
     calls_before_cont = fake_provider.total_calls()
-    items_before = {i["id"]: i for i in final["items"]}
 
     server_a.signal_group(signal.SIGCONT)
     t_cont = time.monotonic()
@@ -267,19 +290,7 @@ def test_sigstop_zombie_is_fenced(
     calls_after_cont = fake_provider.total_calls() - calls_before_cont
 
     for api in (api_b, api_a):  # A is alive again and must read the same thing
-        after = api.get_job(job_id)
-        assert after["status"] == "COMPLETED", summary(after)
-        assert after["attempt"] == 2, summary(after)
-        assert after["runs"] == final["runs"], (after["runs"], final["runs"])
-        for item in after["items"]:
-            was = items_before[item["id"]]
-            changed = {
-                k: (was[k], item[k])
-                for k in ("status", "audio_url", "error_message", "updated_at")
-                if was[k] != item[k]
-            }
-            assert not changed, f"the fenced zombie changed item {item['id']}: {changed}"
-        assert_audio_matches(api, after)
+        assert_unchanged_by_zombie(api, job_id, final)
 
     assert calls_after_cont <= ITEM_CONCURRENCY, (
         f"the zombie made {calls_after_cont} provider calls after SIGCONT"
@@ -293,6 +304,65 @@ def test_sigstop_zombie_is_fenced(
     metric("calls_after_sigcont", calls_after_cont)
     metric("observed_after_sigcont_seconds", round(time.monotonic() - t_cont, 2))
     metric("total_calls", total)
+
+
+def test_zombie_frozen_before_its_call_pays_nothing(
+    spawn_server: ServerFactory,
+    api_for: ApiFor,
+    fake_provider: FakeProvider,
+    tmp_path: Path,
+    metric: Metric,
+) -> None:
+    """A server frozen (SIGSTOP) between an item's fenced start and its provider call, while
+    another server recovers the job and completes the item, sends no call when it wakes.
+
+    The freeze lands in that window on purpose: A runs the pause-point entry, whose item
+    waits there until the test releases it (tests/support/pause_point.py).
+    """
+    pause_dir = tmp_path / "pause"
+    pause_dir.mkdir()
+    server_a = spawn_server(
+        name="a", workers=1, app=PAUSE_POINT_APP, extra_env={PAUSE_DIR_VARIABLE: str(pause_dir)}
+    )
+    server_b = spawn_server(name="b")
+    api_a, api_b = api_for(server_a), api_for(server_b)
+    text = f"zombie {PAUSE_MARKER}: the quick brown fox jumps over the lazy dog."
+    job_id = int(api_a.create_job([text], title="zombie")["id"])
+    response = api_a.generate(job_id)  # claimed by A: A runs it
+    assert response.status_code == 202, response.text
+
+    paused = pause_dir / PAUSED_FILE
+    wait_until(paused.exists, 20, what="A's item at its pause point, after its fenced start")
+    zombie_pid = int(paused.read_text())
+    assert zombie_pid in server_a.worker_pids()
+    t_stop = time.monotonic()
+    server_a.signal_group(signal.SIGSTOP)
+    wait_until(lambda: pid_stopped(zombie_pid), 5, what="A frozen")
+    # Thawed, A goes straight on to its provider call: nothing holds it back but the fence.
+    (pause_dir / RELEASE_FILE).touch()
+
+    recovered = wait_settled(
+        api_b, job_id, WORKER_DEAD_SECONDS + 5.0, "auto-recovery of the frozen server's job"
+    )
+    t_recovered = time.monotonic() - t_stop
+    assert_recovered(recovered, attempt=1)
+    final = retry_to_completion(api_b, job_id, previous_attempt=1)
+    assert fake_provider.calls(text) == 1  # B's call; A never got to send its own
+
+    server_a.signal_group(signal.SIGCONT)
+    t_cont = time.monotonic()
+    fenced_line = f"run fenced: declared dead or superseded, stopped job={job_id} attempt=1"
+    wait_until(lambda: fenced_line in server_a.log_text(), 20, what="A's run stopped, fenced")
+    assert fake_provider.in_flight() == 0
+    assert fake_provider.calls(text) == 1, "the thawed zombie paid for a call"
+
+    for api in (api_b, api_a):  # A is alive again and must read the same thing
+        assert_unchanged_by_zombie(api, job_id, final)
+    assert server_a.alive, f"A died after SIGCONT:\n{server_a.log_text()}"
+
+    metric("freeze_to_failed_seconds", round(t_recovered, 2))
+    metric("sigcont_to_fenced_seconds", round(time.monotonic() - t_cont, 2))
+    metric("zombie_calls", fake_provider.calls(text) - 1)
 
 
 def test_double_click_claims_once(

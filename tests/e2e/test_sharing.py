@@ -46,7 +46,7 @@ def db_kind() -> str:
 
 def _two_servers(spawn_server: ServerFactory, **env: str) -> tuple[GunicornServer, ...]:
     shared = {f"SPEECHBATCH_{name}": value for name, value in env.items()}
-    return tuple(spawn_server(name=name, workers=2, env=shared) for name in ("a", "b"))
+    return tuple(spawn_server(name=name, workers=2, extra_env=shared) for name in ("a", "b"))
 
 
 def _generate(api: ApiClient, tag: str, n: int) -> tuple[int, list[str]]:

@@ -8,7 +8,7 @@ import pytest
 
 from speechbatch.app import Services
 from speechbatch.errors import AlreadyGenerating, NotFound, NothingToGenerate
-from speechbatch.repository import UserRecord
+from speechbatch.repositories import UserRecord
 from speechbatch.services import create_admin, start_generation
 from tests.helpers import claim, new_job, set_items, view
 
@@ -72,7 +72,7 @@ def test_claim_of_another_organizations_job_is_not_found(svc: Services, admin: U
     job_id = new_job(svc, admin)
     create_admin(svc.uow_factory, "other", "eve@other.test", "password-2")
     with svc.uow_factory() as uow:
-        eve = uow.repo.get_user_by_email("eve@other.test")
+        eve = uow.users.get_user_by_email("eve@other.test")
     assert eve is not None
     with pytest.raises(NotFound):
         start_generation(svc.uow_factory, svc.settings, svc.runner, eve, job_id)

@@ -30,7 +30,7 @@ from speechbatch.db import ago
 from speechbatch.exports import JOB_TYPE, RECOVERED_MESSAGE, wait_for_exports
 from speechbatch.locks import ExportRepository, LockRepository, exports, job_locks
 from speechbatch.models import Item
-from speechbatch.repository import UserRecord
+from speechbatch.repositories import UserRecord
 from speechbatch.services import create_admin, create_token
 from speechbatch.storage import LocalStorage
 from tests.conftest import with_settings
@@ -190,9 +190,23 @@ def test_export_end_to_end_through_the_api(
     assert provider.total_calls() == 5
 
 
+def test_export_includes_reused_audio(
+    client: FlaskClient, auth: dict[str, str], provider: FakeProvider
+) -> None:
+    finished_job(client, auth, ["shared line", "first only"])
+    second = finished_job(client, auth, ["shared line"])
+    assert second["items"][0]["reused"] is True and provider.calls["shared line"] == 1
+    done = wait_ended(client, auth, start(client, auth)["id"])
+    archive = zipfile.ZipFile(io.BytesIO(download(client, done["download_url"], auth)[2]))
+    manifest = list(csv.DictReader(io.StringIO(archive.read("manifest.csv").decode())))
+    shared = [r for r in manifest if r["text"] == "shared line"]
+    assert [int(r["job_id"]) for r in shared] == [second["id"] - 1, second["id"]]
+    assert all(archive.read(r["file_name"]) == fake_audio("shared line") for r in shared)
+
+
 def _org(svc: Services) -> int:
     with svc.uow_factory() as uow:
-        user = uow.repo.get_user_by_email("admin@acme.test")
+        user = uow.users.get_user_by_email("admin@acme.test")
     assert user is not None
     return user.organization_id
 

@@ -14,9 +14,9 @@ from werkzeug.test import TestResponse
 
 from speechbatch.app import Services
 from speechbatch.models import Item
-from speechbatch.repository import UserRecord
+from speechbatch.repositories import UserRecord
 from speechbatch.services import create_admin, get_job
-from tests.fakes import FakeProvider
+from tests.fakes import FakeProvider, permanent
 from tests.helpers import ago, claim, new_job, set_items, set_job, view, wait_for
 
 PASSWORD = "password-1"
@@ -54,7 +54,7 @@ def text_of(response: TestResponse) -> str:
 def job_count(svc: Services, admin: UserRecord) -> int:
     """How many jobs the admin's organization has."""
     with svc.uow_factory() as uow:
-        return uow.repo.count_jobs(admin.organization_id)
+        return uow.views.jobs_stamp(admin.organization_id, status=None).total
 
 
 # --- sign in and out ------------------------------------------------------------------
@@ -329,8 +329,93 @@ def test_job_page_shows_items_players_and_runs(
     assert "2 of 2 done" in page
     assert "admin@acme.test" in page  # run history: started by
     assert "badge-completed" in page
-    assert f'data-api-url="/api/jobs/{job_id}"' in page
+    assert f'data-summary-url="/api/jobs/{job_id}?items=none"' in page
     assert "Regenerate" in page and 'id="btn-generate" class="btn btn-primary" disabled' in page
+
+
+def item_rows(page: str) -> list[str]:
+    """The positions of the item rows of a job page, in order."""
+    return re.findall(r'<tr data-item-id="\d+"[^>]*>\s*<td class="muted">(\d+)</td>', page)
+
+
+def test_job_page_shows_a_hundred_items_a_page(
+    browser: tuple[FlaskClient, str], svc: Services, admin: UserRecord
+) -> None:
+    client, _ = browser
+    job_id = new_job(svc, admin, n=130, title="long job")
+    first = text_of(client.get(f"/jobs/{job_id}"))
+    second = text_of(client.get(f"/jobs/{job_id}?page=2"))
+    assert item_rows(first) == [str(n) for n in range(1, 101)]
+    assert item_rows(second) == [str(n) for n in range(101, 131)]
+    assert "Page 1 of 2 · 130 items" in first and "Page 2 of 2 · 130 items" in second
+    assert f'href="/jobs/{job_id}?page=2" rel="next"' in first
+    assert f'href="/jobs/{job_id}?page=1" rel="prev"' in second
+    assert 'data-page="2" data-per-page="100" data-total="130"' in second
+
+
+def test_job_page_filters_items_by_status(
+    browser: tuple[FlaskClient, str], svc: Services, admin: UserRecord, provider: FakeProvider
+) -> None:
+    client, token = browser
+    job_id = new_job(svc, admin, n=4)
+    provider.fail_texts["text 3"] = permanent()
+    client.post(f"/jobs/{job_id}/generate", data={"csrf_token": token})
+    wait_for(lambda: view(svc, admin, job_id)["status"] == "FAILED")
+    errors = text_of(client.get(f"/jobs/{job_id}?status=error"))
+    done = text_of(client.get(f"/jobs/{job_id}?status=DONE"))
+    assert item_rows(errors) == ["3"]
+    assert item_rows(done) == ["1", "2", "4"]
+    assert 'data-filter="ERROR"' in errors and "Page 1 of 1 · 1 item<" in errors
+    assert re.search(r'data-filter="DONE" aria-current="true">Done <span[^>]*>3</span>', done)
+    assert "No pending items." in text_of(client.get(f"/jobs/{job_id}?status=PENDING"))
+    assert item_rows(text_of(client.get(f"/jobs/{job_id}?status=bogus"))) == ["1", "2", "3", "4"]
+
+
+def test_job_page_past_the_last_page_links_to_the_first(
+    browser: tuple[FlaskClient, str], svc: Services, admin: UserRecord
+) -> None:
+    client, _ = browser
+    job_id = new_job(svc, admin, n=3)
+    page = text_of(client.get(f"/jobs/{job_id}?page=7"))
+    assert item_rows(page) == []
+    assert f'No items on this page. <a href="/jobs/{job_id}">Go to the first page</a>' in page
+    assert client.get(f"/jobs/{job_id}?page=nonsense").status_code == 200
+    assert client.get(f"/jobs/{job_id}?page=99999999999999999999").status_code == 200
+    assert client.get("/?page=99999999999999999999").status_code == 200
+
+
+def test_job_page_polls_the_summary_and_its_own_page_of_items(
+    browser: tuple[FlaskClient, str], svc: Services, admin: UserRecord
+) -> None:
+    client, _ = browser
+    job_id = new_job(svc, admin, n=3)
+    page = text_of(client.get(f"/jobs/{job_id}?status=PENDING&page=1"))
+    assert f'data-summary-url="/api/jobs/{job_id}?items=none"' in page
+    assert f'data-items-url="/api/jobs/{job_id}/items"' in page
+    assert 'data-filter="PENDING"' in page
+
+
+def test_job_list_polls_its_own_page(
+    browser: tuple[FlaskClient, str], svc: Services, admin: UserRecord
+) -> None:
+    client, _ = browser
+    new_job(svc, admin)
+    page = text_of(client.get("/?status=PENDING&page=1"))
+    assert 'data-api-url="/api/jobs?status=PENDING&amp;page=1&amp;per_page=20"' in page
+
+
+@pytest.mark.parametrize("path", ["/", "/jobs/{job_id}"])
+def test_pages_carry_no_inline_script_or_style(
+    browser: tuple[FlaskClient, str], svc: Services, admin: UserRecord, path: str
+) -> None:
+    client, _ = browser
+    job_id = new_job(svc, admin)
+    page = text_of(client.get(path.format(job_id=job_id)))
+    assert re.findall(r"<script[^>]*>", page) == [
+        '<script src="/static/app.js" defer>'
+    ]  # the Content-Security-Policy allows scripts from files only
+    assert " style=" not in page and " on" + "click=" not in page
+    assert 'data-width="0"' in page
 
 
 def test_generate_button_starts_a_run_and_says_so(
@@ -412,7 +497,7 @@ def test_interrupted_run_shows_a_banner(
     job_id = new_job(svc, admin, n=2)
     claim(svc, admin, job_id)
     with svc.uow_factory() as uow:
-        assert uow.repo.interrupt_run(job_id, 1, "interrupted: the server stopped")
+        assert uow.runs.interrupt_run(job_id, 1, "interrupted: the server stopped")
         uow.commit()
     page = text_of(client.get(f"/jobs/{job_id}"))
     assert 'class="banner banner-interrupted"' in page
@@ -425,7 +510,7 @@ def test_other_organizations_job_is_not_found(
     client, token = browser
     create_admin(svc.uow_factory, "globex", "boss@globex.test", PASSWORD)
     with svc.uow_factory() as uow:
-        other = uow.repo.get_user_by_email("boss@globex.test")
+        other = uow.users.get_user_by_email("boss@globex.test")
     assert other is not None
     job_id = new_job(svc, other, title="secret plans")
     response = client.get(f"/jobs/{job_id}")

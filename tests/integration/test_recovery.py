@@ -9,7 +9,7 @@ import pytest
 
 from speechbatch.app import Services
 from speechbatch.models import Item
-from speechbatch.repository import StaleJob, UserRecord
+from speechbatch.repositories import StaleJob, UserRecord
 from speechbatch.services import get_job, recover_all
 from tests.conftest import with_settings
 from tests.helpers import ago, claim, new_job, set_items, set_job, set_worker, statuses, view
@@ -40,9 +40,12 @@ def test_wedged_job_is_recovered(svc: Services, admin: UserRecord) -> None:
 
 def test_recovered_job_can_be_claimed_again(svc: Services, admin: UserRecord) -> None:
     job_id = _wedge(svc, admin)
-    get_job(svc.uow_factory, svc.settings, admin, job_id)
+    before = statuses(get_job(svc.uow_factory, svc.settings, admin, job_id))
     assert claim(svc, admin, job_id) == 2
-    assert statuses(view(svc, admin, job_id)) == ["PENDING"] * 3
+    # A retry's claim touches no item: the new run starts every item that is not DONE.
+    assert statuses(view(svc, admin, job_id)) == before
+    with svc.uow_factory() as uow:
+        assert len(uow.runs.run_plan(job_id, 2).items) == 3
 
 
 def test_items_wedged_after_job_finished_are_recovered(svc: Services, admin: UserRecord) -> None:
@@ -80,15 +83,15 @@ def test_recovery_backs_off_when_the_worker_finishes_first(
 ) -> None:
     job_id = _wedge(svc, admin)
     with svc.uow_factory() as uow:
-        (stale,) = uow.repo.find_stale_jobs(lease_seconds=30, worker_dead_seconds=30)
+        (stale,) = uow.recovery.find_stale_jobs(lease_seconds=30, worker_dead_seconds=30)
     # Between recovery's read and its write, the real worker finishes the run.
     set_items(svc, job_id, status="DONE")
     with svc.uow_factory() as uow:
-        assert uow.repo.finish_run(job_id, 1) == "COMPLETED"
+        assert uow.runs.finish_run(job_id, 1) == "COMPLETED"
         uow.commit()
     before = view(svc, admin, job_id)
     with svc.uow_factory() as uow:
-        won = uow.repo.recover_stale_job(
+        won = uow.recovery.recover_stale_job(
             stale, lease_seconds=30, worker_dead_seconds=30, message="auto-recovered: test"
         )
         uow.commit()
@@ -101,12 +104,12 @@ def test_recovery_backs_off_when_the_worker_finishes_first(
 def test_recovery_backs_off_when_a_stamp_lands_first(svc: Services, admin: UserRecord) -> None:
     job_id = _wedge(svc, admin)
     with svc.uow_factory() as uow:
-        (stale,) = uow.repo.find_stale_jobs(lease_seconds=30, worker_dead_seconds=30)
+        (stale,) = uow.recovery.find_stale_jobs(lease_seconds=30, worker_dead_seconds=30)
     with svc.uow_factory() as uow:
-        assert uow.repo.stamp_job_progress(job_id, 1)
+        assert uow.runs.stamp_job_progress(job_id, 1)
         uow.commit()
     with svc.uow_factory() as uow:
-        assert not uow.repo.recover_stale_job(
+        assert not uow.recovery.recover_stale_job(
             stale, lease_seconds=30, worker_dead_seconds=30, message="auto-recovered: test"
         )
         uow.commit()
@@ -119,13 +122,13 @@ def test_recovery_waits_for_a_concurrent_stamp_and_loses(svc: Services, admin: U
     """A stamp holding the job's row makes recovery wait, re-check, and change nothing."""
     job_id = _wedge(svc, admin)
     with svc.uow_factory() as uow:
-        (stale,) = uow.repo.find_stale_jobs(lease_seconds=30, worker_dead_seconds=30)
+        (stale,) = uow.recovery.find_stale_jobs(lease_seconds=30, worker_dead_seconds=30)
     stamped = threading.Event()
     result: dict[str, bool] = {}
 
     def stamp() -> None:
         with svc.uow_factory() as uow:
-            assert uow.repo.stamp_job_progress(job_id, 1)
+            assert uow.runs.stamp_job_progress(job_id, 1)
             stamped.set()
             time.sleep(0.5)  # hold the row (PostgreSQL) or the write lock (SQLite)
             uow.commit()
@@ -133,7 +136,7 @@ def test_recovery_waits_for_a_concurrent_stamp_and_loses(svc: Services, admin: U
     def recover() -> None:
         stamped.wait(5)
         with svc.uow_factory() as uow:
-            result["won"] = uow.repo.recover_stale_job(
+            result["won"] = uow.recovery.recover_stale_job(
                 stale, lease_seconds=30, worker_dead_seconds=30, message="auto-recovered: t"
             )
             uow.commit()
@@ -150,7 +153,7 @@ def test_recovery_waits_for_a_concurrent_stamp_and_loses(svc: Services, admin: U
 def test_dead_worker_is_found_by_its_heartbeat(svc: Services, admin: UserRecord) -> None:
     job_id = new_job(svc, admin)
     with svc.uow_factory() as uow:
-        worker_id = uow.repo.register_worker("host-a", 4242)
+        worker_id = uow.workers.register_worker("host-a", 4242)
         uow.commit()
     claim(svc, admin, job_id, worker_id=worker_id)
     # Progress is recent (well within the 30 s lease) but the worker went silent.
@@ -164,7 +167,7 @@ def test_dead_worker_is_found_by_its_heartbeat(svc: Services, admin: UserRecord)
 def test_live_worker_keeps_its_job(svc: Services, admin: UserRecord) -> None:
     job_id = new_job(svc, admin)
     with svc.uow_factory() as uow:
-        worker_id = uow.repo.register_worker("host-a", 4242)
+        worker_id = uow.workers.register_worker("host-a", 4242)
         uow.commit()
     claim(svc, admin, job_id, worker_id=worker_id)
     set_worker(svc, worker_id, heartbeat_at=ago(5))
@@ -187,6 +190,19 @@ def test_list_recovers_before_answering(svc: Services, admin: UserRecord, client
     (summary,) = [j for j in body["jobs"] if j["id"] == job_id]
     assert summary["status"] == "FAILED"
     assert "items" not in summary and "runs" not in summary
+
+
+def test_list_recovers_orphan_items_before_answering(  # type: ignore[no-untyped-def]
+    svc: Services, admin: UserRecord, client, auth
+) -> None:
+    job_id = new_job(svc, admin)
+    claim(svc, admin, job_id)
+    set_job(svc, job_id, status="FAILED", error_message="x")
+    set_items(svc, job_id, status="GENERATING")
+    body = client.get("/api/jobs", headers=auth).get_json()
+    (summary,) = [j for j in body["jobs"] if j["id"] == job_id]
+    assert summary["progress"]["generating"] == 0
+    assert summary["progress"]["error"] == 3
 
 
 def test_recover_command_sweeps_every_organization(app, svc: Services, admin: UserRecord) -> None:  # type: ignore[no-untyped-def]
@@ -229,7 +245,7 @@ def test_stale_check_is_one_candidate_per_dead_job(svc: Services, admin: UserRec
     for _ in range(3):
         _wedge(svc, admin)
     with svc.uow_factory() as uow:
-        stale = uow.repo.find_stale_jobs(lease_seconds=30, worker_dead_seconds=30)
+        stale = uow.recovery.find_stale_jobs(lease_seconds=30, worker_dead_seconds=30)
     assert len(stale) == 3
     assert all(isinstance(s, StaleJob) and s.reason == "lease" for s in stale)
 

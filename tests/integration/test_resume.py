@@ -12,8 +12,8 @@ from sqlalchemy import update
 from speechbatch.app import Services
 from speechbatch.db import db_now
 from speechbatch.models import Item, ItemStatus, Run
-from speechbatch.repositories.resume import RESUME, ResumeRepository
-from speechbatch.repository import UserRecord
+from speechbatch.repositories import UserRecord
+from speechbatch.repositories.resume import RESUME
 from speechbatch.resume import MAX_RESUMES_WITHOUT_PROGRESS, resume_interrupted
 from speechbatch.spending import cancel_generation
 from tests.fakes import FakeProvider
@@ -24,21 +24,19 @@ from tests.integration.test_pages import sign_in
 def _interrupted(svc: Services, user: UserRecord, job_id: int, *, kind: str | None = None) -> int:
     """Claim the job (as a person, or as a resume) and end that run INTERRUPTED."""
     with svc.uow_factory() as uow:
-        attempt = uow.repo.claim_job(
+        attempt = uow.jobs.claim_job(
             job_id, user.organization_id, regenerate=False, user_id=None if kind else user.id,
             worker_id=None, kind=kind,
         )  # fmt: skip
         assert attempt is not None
-        assert uow.repo.interrupt_run(job_id, attempt, "interrupted: the server stopped")
+        assert uow.runs.interrupt_run(job_id, attempt, "interrupted: the server stopped")
         uow.commit()
     return attempt
 
 
 def _resumable(svc: Services) -> list[int]:
     with svc.uow_factory(read_only=True) as uow:
-        found = ResumeRepository(uow.session).find_resumable_jobs(
-            max_streak=MAX_RESUMES_WITHOUT_PROGRESS, limit=100
-        )
+        found = uow.resume.find_resumable_jobs(max_streak=MAX_RESUMES_WITHOUT_PROGRESS, limit=100)
     return [job.job_id for job in found]
 
 
@@ -122,10 +120,10 @@ def test_a_click_between_the_read_and_the_claim_wins(svc: Services, admin: UserR
     job_id = new_job(svc, admin, 1)
     _interrupted(svc, admin, job_id)
     with svc.uow_factory(read_only=True) as uow:
-        (found,) = ResumeRepository(uow.session).find_resumable_jobs(max_streak=3, limit=10)
+        (found,) = uow.resume.find_resumable_jobs(max_streak=3, limit=10)
     assert claim(svc, admin, job_id) is not None  # a person clicks Retry first
     with svc.uow_factory() as uow:
-        resumed = uow.repo.claim_job(
+        resumed = uow.jobs.claim_job(
             job_id, admin.organization_id, regenerate=False, user_id=None, worker_id=None,
             kind=RESUME, expected_attempt=found.attempt,
         )  # fmt: skip

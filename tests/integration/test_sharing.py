@@ -10,8 +10,8 @@ import pytest
 from speechbatch import create_app
 from speechbatch.app import Services
 from speechbatch.config import Settings
-from speechbatch.repositories.slots import SlotGrant, SlotRepository
-from speechbatch.repository import UserRecord
+from speechbatch.repositories import UserRecord
+from speechbatch.repositories.slots import SlotGrant
 from speechbatch.services import create_job, get_job, start_generation
 from speechbatch.spending import cancel_generation
 from tests.conftest import services, with_settings
@@ -46,8 +46,8 @@ def _hold_the_only_slot_elsewhere(svc: Services, user: UserRecord) -> SlotGrant:
     attempt = claim(svc, user, blocker)
     assert attempt is not None
     with svc.uow_factory() as uow:
-        other = uow.repo.register_worker("elsewhere", 1)
-        grant = SlotRepository(uow.session).acquire_slot(
+        other = uow.workers.register_worker("elsewhere", 1)
+        grant = uow.slots.acquire_slot(
             other, blocker, attempt, capacity=1, worker_dead_seconds=30, max_hold_seconds=300
         )
         uow.commit()
@@ -90,7 +90,7 @@ def test_items_waiting_for_a_slot_show_on_the_job(
     assert lease["waiting_for_pace"] == 0
     assert provider.total_calls() == 0
     with svc.uow_factory() as uow:
-        assert SlotRepository(uow.session).release_slot(grant)
+        assert uow.slots.release_slot(grant)
         uow.commit()
     wait_for(lambda: _done(svc, admin, job_id), timeout=20)
     job = get_job(svc.uow_factory, svc.settings, admin, job_id)

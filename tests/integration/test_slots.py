@@ -11,8 +11,8 @@ from sqlalchemy import func, select
 from speechbatch.app import Services
 from speechbatch.db import ago as db_ago
 from speechbatch.models import ProviderSlot
-from speechbatch.repositories.slots import SlotGrant, SlotRepository
-from speechbatch.repository import UserRecord
+from speechbatch.repositories import UserRecord
+from speechbatch.repositories.slots import SlotGrant
 from tests.helpers import claim, new_job, set_worker
 
 DEAD = 30.0
@@ -21,7 +21,7 @@ HOLD = 300.0
 
 def _worker(svc: Services) -> int:
     with svc.uow_factory() as uow:
-        worker_id = uow.repo.register_worker("test-host", 4242)
+        worker_id = uow.workers.register_worker("test-host", 4242)
         uow.commit()
     return worker_id
 
@@ -37,7 +37,7 @@ def _acquire(
     svc: Services, worker_id: int, job_id: int, attempt: int, cap: int, **kw: Any
 ) -> SlotGrant | None:
     with svc.uow_factory() as uow:
-        grant = SlotRepository(uow.session).acquire_slot(
+        grant = uow.slots.acquire_slot(
             worker_id,
             job_id,
             attempt,
@@ -51,16 +51,14 @@ def _acquire(
 
 def _release(svc: Services, grant: SlotGrant) -> bool:
     with svc.uow_factory() as uow:
-        won = SlotRepository(uow.session).release_slot(grant)
+        won = uow.slots.release_slot(grant)
         uow.commit()
     return won
 
 
 def _in_flight(svc: Services) -> int:
     with svc.uow_factory(read_only=True) as uow:
-        return SlotRepository(uow.session).slots_in_flight(
-            worker_dead_seconds=DEAD, max_hold_seconds=HOLD
-        )
+        return uow.slots.slots_in_flight(worker_dead_seconds=DEAD, max_hold_seconds=HOLD)
 
 
 def test_concurrent_acquirers_never_exceed_the_cap(svc: Services, admin: UserRecord) -> None:
@@ -136,7 +134,7 @@ def test_a_stopped_workers_slot_is_free_at_once(svc: Services, admin: UserRecord
     job_id, attempt = _running_job(svc, admin)
     assert _acquire(svc, stopped, job_id, attempt, 1) is not None
     with svc.uow_factory() as uow:
-        uow.repo.mark_worker_stopped(stopped)
+        uow.workers.mark_worker_stopped(stopped)
         uow.commit()
     assert _acquire(svc, other, job_id, attempt, 1) is not None
 
@@ -184,22 +182,22 @@ def test_the_pace_books_starts_one_interval_apart(svc: Services) -> None:
     waits = []
     for _ in range(2):
         with svc.uow_factory() as uow:
-            waits.append(SlotRepository(uow.session).reserve_start(0.5).wait_seconds)
+            waits.append(uow.slots.reserve_start(0.5).wait_seconds)
             uow.commit()
     assert waits[0] is not None and waits[0] <= 0.05
     assert waits[1] is not None and 0.4 <= waits[1] <= 0.55
     with svc.uow_factory() as uow:  # two intervals ahead: ask again later
-        answer = SlotRepository(uow.session).reserve_start(0.5)
+        answer = uow.slots.reserve_start(0.5)
         uow.commit()
     assert answer.wait_seconds is None and answer.paused_for_seconds > 0.4
 
 
 def test_a_pause_holds_every_start_back(svc: Services) -> None:
     with svc.uow_factory() as uow:
-        SlotRepository(uow.session).pause_starts(5.0)
+        uow.slots.pause_starts(5.0)
         uow.commit()
     with svc.uow_factory() as uow:
-        slots = SlotRepository(uow.session)
+        slots = uow.slots
         assert 4.5 <= slots.paused_for() <= 5.0
         answer = slots.reserve_start(0.1)
         uow.commit()
@@ -208,7 +206,7 @@ def test_a_pause_holds_every_start_back(svc: Services) -> None:
 
 def test_no_pause_by_default(svc: Services) -> None:
     with svc.uow_factory(read_only=True) as uow:
-        assert SlotRepository(uow.session).paused_for() == 0.0
+        assert uow.slots.paused_for() == 0.0
 
 
 def test_slot_rows_are_kept_per_number(svc: Services, admin: UserRecord) -> None:

@@ -51,6 +51,15 @@ TTS_MAX_ATTEMPTS = 2
 ITEM_CONCURRENCY = 2
 GRACEFUL_TIMEOUT = 10.0
 
+# The pause point of tests/support/pause_point.py (a WSGI entry for gunicorn): an item whose
+# text contains PAUSE_MARKER waits before its provider call, writing PAUSED_FILE into the
+# directory named by PAUSE_DIR_VARIABLE, until RELEASE_FILE appears there.
+PAUSE_POINT_APP = "tests.support.pause_point:app"
+PAUSE_DIR_VARIABLE = "PAUSE_POINT_DIR"
+PAUSE_MARKER = "[pause-point]"
+PAUSED_FILE = "paused"
+RELEASE_FILE = "release"
+
 ADMIN_ORG = "acme"
 ADMIN_EMAIL = "a@example.com"
 ADMIN_PASSWORD = "pw-123456"
@@ -210,6 +219,12 @@ def _stat(pid: int) -> tuple[str, int, int] | None:
     return fields[0], int(fields[1]), int(fields[2])
 
 
+def pid_stopped(pid: int) -> bool:
+    """Whether ``pid`` exists and is stopped by a signal (SIGSTOP has taken effect)."""
+    stat = _stat(pid)
+    return stat is not None and stat[0] == "T"
+
+
 def pid_alive(pid: int) -> bool:
     """Whether ``pid`` exists and is not a zombie."""
     stat = _stat(pid)
@@ -267,7 +282,8 @@ class GunicornServer:
 
     ``start()`` waits for ``GET /healthz`` == 200 and for every worker to be forked.
     ``timeout`` is gunicorn's worker timeout; it is long by default so that a SIGSTOPped
-    and then SIGCONTed group is not murdered by its own master on resume.
+    and then SIGCONTed group is not murdered by its own master on resume. ``app`` is the
+    WSGI entry (tests.support.pause_point:app adds a pause point for tests).
     """
 
     def __init__(
@@ -282,8 +298,10 @@ class GunicornServer:
         graceful_timeout: float = GRACEFUL_TIMEOUT,
         timeout: float = 120.0,
         extra_args: tuple[str, ...] = (),
+        app: str = "wsgi:app",
     ) -> None:
         self.env = dict(env)
+        self.app = app
         self.workers = workers
         self.threads = threads
         self.port = port or free_port()
@@ -312,7 +330,7 @@ class GunicornServer:
         """The gunicorn command line."""
         return [
             str(VENV_BIN / "gunicorn"),
-            "wsgi:app",
+            self.app,
             "-w",
             str(self.workers),
             "--threads",

@@ -9,90 +9,13 @@ import pytest
 from speechbatch import services
 from speechbatch.config import Settings
 from speechbatch.errors import AlreadyGenerating, NotFound, NothingToGenerate, ValidationError
-from speechbatch.repositories.spending import Usage
-from speechbatch.repository import StaleJob, UserRecord
+from speechbatch.repositories import StaleJob, UserRecord
 from speechbatch.services import Limits
-from tests.fakes import FakeProvider
+from speechbatch.uow import ReadScope
+from tests.fakes import FakeRepository, FakeRunner, FakeUnitOfWork, FakeUowFactory
 
 USER = UserRecord(id=1, organization_id=10, email="a@b.c", password_hash="x")
 LIMITS = Limits(voices=("alloy",), max_chars=10)
-
-
-class FakeRepository:
-    """Just enough of the repository for the services under test."""
-
-    def __init__(self) -> None:
-        self.jobs: dict[int, dict[str, Any]] = {}
-        self.refusal = "already_generating"
-        self.claims: list[tuple[int, bool]] = []
-        self.stale: list[StaleJob] = []
-        self.recovered: list[StaleJob] = []
-
-    def create_job(self, org: int, user: int, title: str, voice: str, texts: list[str]) -> int:
-        job_id = len(self.jobs) + 1
-        self.jobs[job_id] = {"org": org, "title": title, "voice": voice, "texts": texts}
-        return job_id
-
-    def claim_job(self, job_id: int, org: int, *, regenerate: bool, user_id: int | None,
-                  worker_id: int | None) -> int | None:  # fmt: skip
-        self.claims.append((job_id, regenerate))
-        return 1 if self.refusal == "" else None
-
-    def claim_refusal(self, job_id: int, org: int) -> str:
-        return self.refusal
-
-    def get_job_view(self, job_id: int, org: int, **liveness: float) -> dict[str, Any] | None:
-        job = self.jobs.get(job_id)
-        if job is None or job["org"] != org:
-            return None
-        lease = {"worker": None, "worker_heartbeat_at": None, "last_progress_at": None}
-        return {"id": job_id, "status": "PENDING", "lease": lease, **job}
-
-    def find_stale_jobs(self, **kwargs: Any) -> list[StaleJob]:
-        return list(self.stale)
-
-    def find_orphan_item_jobs(self, **kwargs: Any) -> list[int]:
-        return []
-
-    def recover_stale_job(self, stale: StaleJob, **kwargs: Any) -> bool:
-        self.recovered.append(stale)
-        return True
-
-
-class FakeSpending:
-    """An organization without a budget: the claim's budget check passes."""
-
-    def usage(self, organization_id: int) -> Usage:
-        return Usage("2026-12", 0, 0, None)
-
-
-class FakeUnitOfWork:
-    def __init__(self, repo: FakeRepository) -> None:
-        self.repo = repo
-        self.spending = FakeSpending()
-        self.committed = 0
-
-    def __enter__(self) -> FakeUnitOfWork:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        pass
-
-    def commit(self) -> None:
-        self.committed += 1
-
-
-class FakeRunner:
-    provider = FakeProvider()
-
-    def __init__(self) -> None:
-        self.started: list[tuple[int, int]] = []
-
-    def worker_id(self) -> int:
-        return 7
-
-    def start(self, job_id: int, attempt: int) -> None:
-        self.started.append((job_id, attempt))
 
 
 @pytest.fixture
@@ -105,8 +28,15 @@ def uow(repo: FakeRepository) -> FakeUnitOfWork:
     return FakeUnitOfWork(repo)
 
 
-def test_create_job_trims_and_stores(uow: FakeUnitOfWork, repo: FakeRepository) -> None:
-    job_id = services.create_job(lambda **kw: uow, USER, "  T ", " alloy", [" a ", "b"], LIMITS)  # type: ignore[arg-type,return-value]
+@pytest.fixture
+def factory(uow: FakeUnitOfWork) -> FakeUowFactory:
+    return FakeUowFactory(uow)
+
+
+def test_create_job_trims_and_stores(
+    factory: FakeUowFactory, uow: FakeUnitOfWork, repo: FakeRepository
+) -> None:
+    job_id = services.create_job(factory, USER, "  T ", " alloy", [" a ", "b"], LIMITS)
     assert repo.jobs[job_id] == {"org": 10, "title": "T", "voice": "alloy", "texts": ["a", "b"]}
     assert uow.committed == 1
 
@@ -122,10 +52,15 @@ def test_create_job_trims_and_stores(uow: FakeUnitOfWork, repo: FakeRepository) 
     ],
 )
 def test_invalid_input_names_the_field(
-    uow: FakeUnitOfWork, title: str, voice: str, texts: list[str], field: str
+    factory: FakeUowFactory,
+    uow: FakeUnitOfWork,
+    title: str,
+    voice: str,
+    texts: list[str],
+    field: str,
 ) -> None:
     with pytest.raises(ValidationError) as info:
-        services.create_job(lambda **kw: uow, USER, title, voice, texts, LIMITS)  # type: ignore[arg-type,return-value]
+        services.create_job(factory, USER, title, voice, texts, LIMITS)
     assert info.value.field == field
     assert uow.committed == 0
 
@@ -139,38 +74,88 @@ def test_invalid_input_names_the_field(
     ],
 )
 def test_refused_claim_starts_nothing(
-    uow: FakeUnitOfWork, repo: FakeRepository, refusal: str, error: type[Exception]
+    factory: FakeUowFactory,
+    uow: FakeUnitOfWork,
+    repo: FakeRepository,
+    refusal: str,
+    error: type[Exception],
 ) -> None:
     repo.refusal = refusal
     runner = FakeRunner()
     with pytest.raises(error):
-        services.start_generation(lambda **kw: uow, Settings(), runner, USER, 1)  # type: ignore[arg-type,return-value]
+        services.start_generation(factory, Settings(), runner, USER, 1)
     assert runner.started == []
     assert uow.committed == 0
 
 
-def test_won_claim_commits_then_starts_the_run(uow: FakeUnitOfWork, repo: FakeRepository) -> None:
+def test_won_claim_commits_then_starts_the_run(
+    factory: FakeUowFactory, uow: FakeUnitOfWork, repo: FakeRepository
+) -> None:
     repo.refusal = ""
     job_id = repo.create_job(10, 1, "t", "alloy", ["a"])
     runner = FakeRunner()
-    services.start_generation(lambda **kw: uow, Settings(), runner, USER, job_id, regenerate=True)  # type: ignore[arg-type,return-value]
+    services.start_generation(factory, Settings(), runner, USER, job_id, regenerate=True)
     assert repo.claims == [(job_id, True)]
     assert runner.started == [(job_id, 1)]
     assert uow.committed == 1
 
 
-def test_claim_recovers_a_dead_run_first(uow: FakeUnitOfWork, repo: FakeRepository) -> None:
+def test_claim_recovers_a_dead_run_first(
+    factory: FakeUowFactory, uow: FakeUnitOfWork, repo: FakeRepository
+) -> None:
     repo.refusal = ""
     job_id = repo.create_job(10, 1, "t", "alloy", ["a"])
     repo.stale = [StaleJob(job_id, 1, "worker", "host:1")]
-    services.start_generation(lambda **kw: uow, Settings(), FakeRunner(), USER, job_id)  # type: ignore[arg-type,return-value]
+    services.start_generation(factory, Settings(), FakeRunner(), USER, job_id)
     assert repo.recovered == repo.stale
 
 
-def test_other_organizations_job_is_not_found(uow: FakeUnitOfWork, repo: FakeRepository) -> None:
+def test_other_organizations_job_is_not_found(
+    factory: FakeUowFactory, uow: FakeUnitOfWork, repo: FakeRepository
+) -> None:
     job_id = repo.create_job(99, 1, "t", "alloy", ["a"])
     with pytest.raises(NotFound):
-        services.get_job(lambda **kw: uow, Settings(), USER, job_id)  # type: ignore[arg-type,return-value]
+        services.get_job(factory, Settings(), USER, job_id)
+
+
+def test_a_304_builds_no_answer(factory: FakeUowFactory, repo: FakeRepository) -> None:
+    job_id = repo.create_job(10, 1, "t", "alloy", ["a", "b"])
+    etag = services.read_job(ReadScope(factory), factory, Settings(), USER, job_id).etag
+    built = repo.documents_built
+    answer = services.read_job(
+        ReadScope(factory), factory, Settings(), USER, job_id, if_none_match={etag}.__contains__
+    )
+    assert answer.not_modified and answer.body is None
+    assert repo.documents_built == built
+
+
+def test_a_live_job_is_read_without_a_recovery_pass(
+    factory: FakeUowFactory, repo: FakeRepository
+) -> None:
+    job_id = repo.create_job(10, 1, "t", "alloy", ["a"])
+    services.read_job(ReadScope(factory), factory, Settings(), USER, job_id)
+    assert repo.recovered == []
+
+
+def test_a_job_that_looks_dead_is_recovered_before_it_is_shown(
+    factory: FakeUowFactory, repo: FakeRepository
+) -> None:
+    job_id = repo.create_job(10, 1, "t", "alloy", ["a"])
+    repo.stale = [StaleJob(job_id, 1, "lease", None)]
+    services.read_job(ReadScope(factory), factory, Settings(), USER, job_id)
+    assert repo.recovered == repo.stale
+
+
+@pytest.mark.parametrize(
+    "paging", [{"limit": 0}, {"limit": 1001}, {"offset": -1}, {"status": "FINISHED"}]
+)
+def test_bad_item_paging_is_refused_before_reading(
+    factory: FakeUowFactory, repo: FakeRepository, paging: dict[str, Any]
+) -> None:
+    job_id = repo.create_job(10, 1, "t", "alloy", ["a"])
+    with pytest.raises(ValidationError):
+        services.read_job_items(ReadScope(factory), factory, Settings(), USER, job_id, **paging)
+    assert repo.documents_built == 0
 
 
 def test_items_from_text_and_csv() -> None:

@@ -1,1 +1,31 @@
-"""Repositories: the only places that build SQL, one small module per concept."""
+"""One small repository per concept; only they (and the read side) write SQL.
+
+Every compare-and-set is one named method that returns whether it won; callers never
+look at row counts. Methods run inside the caller's unit of work and never commit.
+"""
+
+from __future__ import annotations
+
+from .jobs import Jobs, JobsRepository
+from .recovery import Recovery, RecoveryRepository, StaleJob
+from .runs import Runs, RunsRepository, StartedItem
+from .tables import audio_url
+from .users import UserRecord, Users, UsersRepository
+from .workers import Workers, WorkersRepository
+
+__all__ = [
+    "Jobs",
+    "JobsRepository",
+    "Recovery",
+    "RecoveryRepository",
+    "Runs",
+    "RunsRepository",
+    "StaleJob",
+    "StartedItem",
+    "UserRecord",
+    "Users",
+    "UsersRepository",
+    "Workers",
+    "WorkersRepository",
+    "audio_url",
+]

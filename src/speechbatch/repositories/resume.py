@@ -16,7 +16,7 @@ from sqlalchemy import and_, exists, func, select
 from sqlalchemy.orm import Session
 
 from ..models import ItemStatus, JobStatus, RunOutcome
-from ..repository import items, jobs, runs
+from .tables import items, jobs, runs
 
 RESUME = "resume"
 

@@ -154,6 +154,10 @@ class SpendingRepository:
                 provider_calls=runs.c.provider_calls - 1,
             )
         )
+        # The run history changed: the job's ETag must too.
+        self.session.execute(
+            update(jobs).where(jobs.c.id == job_id).values(version=jobs.c.version + 1)
+        )
 
     def usage(self, organization_id: int) -> Usage:
         """This month's ledger of the organization (zeros before its first call)."""

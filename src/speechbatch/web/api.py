@@ -10,9 +10,9 @@ from flask_wtf.csrf import ValidationError as CSRFValidationError
 from flask_wtf.csrf import validate_csrf
 
 from .. import services as svc
-from ..errors import BadRequest, NotFound, Unauthorized
-from ..repository import UserRecord
-from .context import bearer_user, services, session_user
+from ..errors import BadRequest, NotFound, Unauthorized, ValidationError
+from ..repositories import UserRecord
+from .context import bearer_user, reads, services, session_user
 from .errors import error_response
 
 bp = Blueprint("api", __name__)
@@ -73,14 +73,47 @@ def voices() -> Response:
     return jsonify({"voices": list(services().provider.voices)})
 
 
+def _int_arg(name: str) -> int | None:
+    """An integer query parameter, None when absent; 422 when it is not an integer."""
+    raw = request.args.get(name)
+    if raw is None or raw == "":
+        return None
+    try:
+        return int(raw)
+    except ValueError:
+        raise ValidationError(f"{name} must be an integer", field=name) from None
+
+
+def _conditional(answer: svc.Conditional) -> Response:
+    """200 with the JSON text built by the database, or 304 with no body; both with ETag."""
+    if answer.not_modified:
+        response = Response(status=304)
+    else:
+        response = Response(answer.body, mimetype="application/json")
+    response.set_etag(answer.etag)
+    return response
+
+
+def _seen(etag: str) -> bool:
+    return request.if_none_match.contains_weak(etag)
+
+
 @bp.get("/api/jobs")
 @require_user
 def list_jobs() -> Response:
-    """The organization's jobs, newest first, after recovery."""
+    """The organization's jobs, newest first, paginated, after recovery (ETag, 304)."""
     s = services()
-    status = request.args.get("status") or None
-    jobs, _ = svc.list_jobs(s.uow_factory, s.settings, current(), status=status)
-    return jsonify({"jobs": jobs})
+    answer = svc.read_jobs(
+        reads(),
+        s.uow_factory,
+        s.settings,
+        current(),
+        status=request.args.get("status") or None,
+        page=_int_arg("page"),
+        per_page=_int_arg("per_page"),
+        if_none_match=_seen,
+    )
+    return _conditional(answer)
 
 
 @bp.post("/api/jobs")
@@ -98,9 +131,29 @@ def create_job() -> tuple[Response, int]:
 @bp.get("/api/jobs/<int:job_id>")
 @require_user
 def get_job(job_id: int) -> Response:
-    """One job, after lease-expiry recovery."""
+    """One job, after lease-expiry recovery; ``?items=none`` leaves the items out."""
     s = services()
-    return jsonify(svc.get_job(s.uow_factory, s.settings, current(), job_id))
+    items = request.args.get("items")
+    if items not in (None, "", "all", "none"):
+        raise ValidationError("items must be 'none' (or absent)", field="items")
+    answer = svc.read_job(
+        reads(), s.uow_factory, s.settings, current(), job_id,
+        with_items=items != "none", if_none_match=_seen,
+    )  # fmt: skip
+    return _conditional(answer)
+
+
+@bp.get("/api/jobs/<int:job_id>/items")
+@require_user
+def job_items(job_id: int) -> Response:
+    """A page of a job's items (``status``, ``offset``, ``limit``) with the total."""
+    s = services()
+    answer = svc.read_job_items(
+        reads(), s.uow_factory, s.settings, current(), job_id,
+        status=request.args.get("status") or None,
+        offset=_int_arg("offset"), limit=_int_arg("limit"), if_none_match=_seen,
+    )  # fmt: skip
+    return _conditional(answer)
 
 
 def _generate(job_id: int, regenerate: bool) -> tuple[Response, int]:
@@ -130,7 +183,7 @@ def regenerate(job_id: int) -> tuple[Response, int]:
 def item_audio(job_id: int, item_id: int) -> Response:
     """An item's audio bytes."""
     s = services()
-    key = svc.item_audio_key(s.uow_factory, current(), job_id, item_id)
+    key = svc.item_audio_key(s.uow_factory, current(), job_id, item_id, reads=reads())
     if not s.storage.exists(key):
         raise NotFound("the audio file is missing")
     return send_file(

@@ -2,11 +2,16 @@
 
 from __future__ import annotations
 
-from flask import current_app, g, request, session
+import logging
+
+from flask import Flask, current_app, g, request, session
 
 from ..app import Services
-from ..repository import UserRecord
+from ..repositories import UserRecord
 from ..services import authenticate_token, get_user
+from ..uow import ReadScope
+
+log = logging.getLogger(__name__)
 
 
 def services() -> Services:
@@ -14,14 +19,48 @@ def services() -> Services:
     return current_app.extensions["speechbatch"]
 
 
+def reads() -> ReadScope:
+    """This request's read transaction: the user lookup and the answer share it."""
+    if "reads" not in g:
+        g.reads = ReadScope(services().uow_factory)
+    scope: ReadScope = g.reads
+    return scope
+
+
+def end_reads(exc: BaseException | None = None) -> None:
+    """Close the request's read transaction (teardown)."""
+    scope = g.pop("reads", None)
+    if scope is not None:
+        try:
+            scope.close()
+        except Exception:  # a dropped connection must not turn an answer into a 500
+            log.warning("closing the request's read transaction failed", exc_info=True)
+
+
+def init_app(app: Flask) -> None:
+    """Close each request's read transaction at its end."""
+    app.teardown_request(end_reads)
+
+
+def _done_reading_for_a_write() -> None:
+    """A write request holds no read transaction while its writers work."""
+    if request.method not in ("GET", "HEAD", "OPTIONS"):
+        end_reads()
+
+
 def session_user() -> UserRecord | None:
     """The user of the browser session, if any."""
     if "session_user" not in g:
         user_id = session.get("user_id")
-        user = get_user(services().uow_factory, user_id) if isinstance(user_id, int) else None
+        user = (
+            get_user(services().uow_factory, user_id, reads=reads())
+            if isinstance(user_id, int)
+            else None
+        )
         if user is not None and session.get("org_id") != user.organization_id:
             user = None
         g.session_user = user
+        _done_reading_for_a_write()
     return g.session_user
 
 
@@ -31,4 +70,6 @@ def bearer_user() -> UserRecord | None:
     scheme, _, token = header.partition(" ")
     if scheme.lower() != "bearer" or not token.strip():
         return None
-    return authenticate_token(services().uow_factory, token.strip())
+    user = authenticate_token(services().uow_factory, token.strip(), reads=reads())
+    _done_reading_for_a_write()
+    return user

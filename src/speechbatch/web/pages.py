@@ -22,14 +22,17 @@ from werkzeug.wrappers import Response
 
 from .. import services as svc
 from ..errors import Conflict, ValidationError
-from ..models import JobStatus, RunOutcome
-from ..repository import UserRecord
-from .context import services, session_user
+from ..models import ItemStatus, JobStatus, RunOutcome
+from ..repositories import UserRecord
+from .context import reads, services, session_user
 
 bp = Blueprint("pages", __name__)
 
 PER_PAGE = 20
 STATUSES = (JobStatus.PENDING, JobStatus.GENERATING, JobStatus.COMPLETED, JobStatus.FAILED)
+# A job page shows this many items at a time, so a 5,000-item job stays usable.
+ITEMS_PER_PAGE = 100
+ITEM_STATUSES = (ItemStatus.PENDING, ItemStatus.GENERATING, ItemStatus.DONE, ItemStatus.ERROR)
 POLL_INTERVAL_MS = 1500
 
 PageResponse = Response | str | tuple[str, int]
@@ -180,11 +183,25 @@ def logout() -> Response:
 # --- jobs -----------------------------------------------------------------------------
 
 
+# Far past any real page, and small enough that page x per-page fits a database integer.
+MAX_PAGE_ARG = 1_000_000
+
+
 def _int_arg(name: str, default: int) -> int:
     try:
-        return max(1, int(request.args.get(name, default)))
+        return min(MAX_PAGE_ARG, max(1, int(request.args.get(name, default))))
     except ValueError:
         return default
+
+
+def _status_arg(allowed: tuple[str, ...]) -> str | None:
+    """The ``status`` query argument if it is one of ``allowed`` (any case), else None."""
+    status = (request.args.get("status") or "").strip().upper()
+    return status if status in allowed else None
+
+
+def _pages(total: int, per_page: int) -> int:
+    return max(1, math.ceil(total / per_page))
 
 
 @bp.get("/")
@@ -192,14 +209,12 @@ def _int_arg(name: str, default: int) -> int:
 def index() -> PageResponse:
     """The organization's jobs, newest first, filtered by status and paginated."""
     s = services()
-    status = (request.args.get("status") or "").strip().upper() or None
-    if status not in STATUSES:
-        status = None
+    status = _status_arg(STATUSES)
     page = _int_arg("page", 1)
     jobs, total = svc.list_jobs(
-        s.uow_factory, s.settings, current(), status=status, page=page, per_page=PER_PAGE
-    )
-    pages = max(1, math.ceil(total / PER_PAGE))
+        s.uow_factory, s.settings, current(),
+        status=status, page=page, per_page=PER_PAGE, reads=reads(),
+    )  # fmt: skip
     return render_template(
         "jobs.html",
         jobs=jobs,
@@ -207,8 +222,10 @@ def index() -> PageResponse:
         status=status,
         statuses=STATUSES,
         page=page,
-        pages=pages,
+        pages=_pages(total, PER_PAGE),
+        per_page=PER_PAGE,
         percent=percent,
+        poll_ms=POLL_INTERVAL_MS,
     )
 
 
@@ -281,15 +298,32 @@ def create_job() -> PageResponse:
 @bp.get("/jobs/<int:job_id>")
 @login_required
 def job(job_id: int) -> PageResponse:
-    """One job: items with players, live progress, run history and the buttons."""
+    """One job: a page of its items with players, live progress, run history, the buttons."""
     s = services()
-    view = svc.get_job(s.uow_factory, s.settings, current(), job_id)
+    status = _status_arg(ITEM_STATUSES)
+    page = _int_arg("page", 1)
+    # The summary and the one page of items on screen: never the whole job, so the page
+    # costs the same for 10 or 5,000 items (static/app.js then polls the same two reads).
+    # One read transaction (the session's user lookup's) for both.
+    view = svc.get_job_summary(s.uow_factory, s.settings, current(), job_id, reads=reads())
+    items = svc.get_items_page(
+        s.uow_factory, s.settings, current(), job_id,
+        status=status, offset=(page - 1) * ITEMS_PER_PAGE, limit=ITEMS_PER_PAGE, reads=reads(),
+    )  # fmt: skip
+    items.update(
+        page=page,
+        pages=_pages(items["total"], ITEMS_PER_PAGE),
+        per_page=ITEMS_PER_PAGE,
+        status=status,
+    )
     from .spending import job_estimates
 
     return render_template(
         "job.html",
         job=view,
         estimates=job_estimates(view),
+        items=items,
+        item_statuses=ITEM_STATUSES,
         can=actions(view),
         notice=recovery_notice(view),
         percent=percent,

@@ -1,0 +1,7 @@
+"""The read side: answers shaped like the API's JSON, built by the database."""
+
+from __future__ import annotations
+
+from .views import ITEM_STATUSES, JOB_STATUSES, JobHead, JobViews, ListStamp, Views
+
+__all__ = ["ITEM_STATUSES", "JOB_STATUSES", "JobHead", "JobViews", "ListStamp", "Views"]

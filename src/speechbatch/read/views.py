@@ -1,0 +1,421 @@
+"""The read side: the API's JSON, built by the database in one statement per answer.
+
+Nothing here writes. A job's "head" (its row, counters, version and liveness, one
+indexed statement) is all a conditional read needs: the ETag comes from it, so a 304
+never builds the answer it does not send. The documents themselves are built by the
+database (``json_build_object``/``json_agg`` on PostgreSQL, ``json_object``/
+``json_group_array`` on SQLite) and returned as text, never loaded as ORM objects.
+"""
+
+from __future__ import annotations
+
+import functools
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any, Protocol
+
+from sqlalchemy import (
+    Float,
+    Select,
+    and_,
+    bindparam,
+    case,
+    func,
+    literal,
+    or_,
+    select,
+    text,
+    type_coerce,
+)
+from sqlalchemy.orm import Session
+from sqlalchemy.sql.elements import TextClause
+
+from ..db import UTCDateTime
+from ..models import Id, ItemStatus, JobStatus, RunOutcome
+from ..repositories.recovery import dead_worker, has_orphan_items, stale_progress
+from ..repositories.tables import COUNTERS, items, jobs, runs, workers
+
+ITEM_STATUSES = (ItemStatus.PENDING, ItemStatus.GENERATING, ItemStatus.DONE, ItemStatus.ERROR)
+JOB_STATUSES = (JobStatus.PENDING, JobStatus.GENERATING, JobStatus.COMPLETED, JobStatus.FAILED)
+
+
+@dataclass(frozen=True)
+class JobHead:
+    """What a conditional read of one job needs, without its items or runs."""
+
+    id: int
+    version: int
+    status: str
+    attempt: int
+    counts: dict[str, int]  # per item status
+    needs_recovery: bool
+    worker: str | None
+    worker_heartbeat_at: datetime | None
+    last_progress_at: datetime
+    reclaim_count: int
+    # Items of the live run waiting for a deployment-wide provider slot or the pace.
+    waiting_for_slot: int = 0
+    waiting_for_pace: int = 0
+
+    @property
+    def total(self) -> int:
+        """The job's number of items."""
+        return sum(self.counts.values())
+
+    def etag(self, variant: str = "") -> str:
+        """A strong ETag that changes whenever the answer would.
+
+        Every write of the job row (items moving, runs ending, recovery, a claim) bumps
+        ``version``; the lease shows the worker's heartbeat only while the job is live.
+        """
+        beat = ""
+        if self.status == JobStatus.GENERATING and self.worker_heartbeat_at is not None:
+            beat = f"-h{self.worker_heartbeat_at.timestamp():.6f}"
+        if self.status == JobStatus.GENERATING:
+            beat += f"-w{self.waiting_for_slot}.{self.waiting_for_pace}"
+        return f"j{self.id}-v{self.version}{beat}{variant}"
+
+
+@dataclass(frozen=True)
+class ListStamp:
+    """How many jobs a list has, and a stamp that changes when any of them changes."""
+
+    total: int
+    version_sum: int
+    newest_id: int
+
+    def etag(self, variant: str) -> str:
+        """The list's ETag: a job added, or any job changed, changes it."""
+        return f"l{self.total}-{self.version_sum}-{self.newest_id}{variant}"
+
+
+class Views(Protocol):
+    """What the read services need of the read side."""
+
+    def ping(self) -> None: ...
+
+    def item_audio(self, job_id: int, item_id: int, organization_id: int) -> str | None: ...
+
+    def job_head(
+        self,
+        job_id: int,
+        organization_id: int,
+        *,
+        lease_seconds: float | None = None,
+        worker_dead_seconds: float | None = None,
+    ) -> JobHead | None: ...
+
+    def job_json(self, job_id: int, *, with_items: bool) -> str: ...
+
+    def items_json(self, job_id: int, *, status: str | None, offset: int, limit: int) -> str: ...
+
+    def jobs_stamp(self, organization_id: int, *, status: str | None) -> ListStamp: ...
+
+    def jobs_json(
+        self, organization_id: int, *, status: str | None, offset: int, limit: int
+    ) -> str: ...
+
+
+class JobViews:
+    """Read-only statements that answer the API's JSON, over one session."""
+
+    def __init__(self, session: Session) -> None:
+        self.session = session
+        self._sql = _statements(session.get_bind().dialect.name)
+
+    def ping(self) -> None:
+        """One round trip to the database."""
+        self.session.execute(select(literal(1))).scalar_one()
+
+    def item_audio(self, job_id: int, item_id: int, organization_id: int) -> str | None:
+        """The storage key of an item's audio, if it has any and the job is the org's."""
+        return self.session.execute(
+            select(items.c.audio_path)
+            .join(jobs, jobs.c.id == items.c.job_id)
+            .where(
+                items.c.id == item_id,
+                items.c.job_id == job_id,
+                jobs.c.organization_id == organization_id,
+            )
+        ).scalar_one_or_none()
+
+    def job_head(
+        self,
+        job_id: int,
+        organization_id: int,
+        *,
+        lease_seconds: float | None = None,
+        worker_dead_seconds: float | None = None,
+    ) -> JobHead | None:
+        """The job's row, counters, version and lease; with the lease settings, also
+        whether it looks dead (or has orphan items), so the common read needs no
+        separate recovery pass."""
+        liveness = lease_seconds is not None and worker_dead_seconds is not None
+        row = self.session.execute(
+            _head_statement(liveness),
+            {
+                "job_id": job_id,
+                "organization_id": organization_id,
+                "lease_seconds": float(lease_seconds or 0),
+                "worker_dead_seconds": float(worker_dead_seconds or 0),
+            },
+        ).first()
+        if row is None:
+            return None
+        newest = row.updated_at
+        if row.newest_item_at is not None:
+            newest = max(newest, row.newest_item_at)
+        return JobHead(
+            id=row.id,
+            version=row.version,
+            status=row.status,
+            attempt=row.attempt,
+            counts={s: int(getattr(row, COUNTERS[s].key)) for s in ITEM_STATUSES},
+            needs_recovery=bool(liveness and row.needs_recovery),
+            worker=f"{row.hostname}:{row.pid}" if row.hostname else None,
+            worker_heartbeat_at=row.heartbeat_at,
+            last_progress_at=newest,
+            reclaim_count=int(row.reclaims),
+            waiting_for_slot=max(0, int(row.waiting_for_slot or 0)),
+            waiting_for_pace=max(0, int(row.waiting_for_pace or 0)),
+        )
+
+    def job_json(self, job_id: int, *, with_items: bool) -> str:
+        """The job as the API shows it (without ``lease``), as JSON text."""
+        return str(self.session.execute(self._sql.job[with_items], {"job_id": job_id}).scalar_one())
+
+    def items_json(self, job_id: int, *, status: str | None, offset: int, limit: int) -> str:
+        """A page of the job's items in position order, as a JSON array."""
+        return str(
+            self.session.execute(
+                self._sql.items_page[status is not None],
+                {"job_id": job_id, "status": status, "offset": offset, "limit": limit},
+            ).scalar_one()
+        )
+
+    def jobs_stamp(self, organization_id: int, *, status: str | None) -> ListStamp:
+        """The list's total and change stamp, from the job rows alone."""
+        stmt = select(
+            func.count(), func.coalesce(func.sum(jobs.c.version), 0), func.max(jobs.c.id)
+        ).where(jobs.c.organization_id == organization_id)
+        if status is not None:
+            stmt = stmt.where(jobs.c.status == status)
+        row: Any = self.session.execute(stmt).one()
+        return ListStamp(int(row[0]), int(row[1]), int(row[2] or 0))
+
+    def jobs_json(
+        self, organization_id: int, *, status: str | None, offset: int, limit: int
+    ) -> str:
+        """A page of the organization's job summaries, newest first, as a JSON array."""
+        return str(
+            self.session.execute(
+                self._sql.jobs_page[status is not None],
+                {"org": organization_id, "status": status, "offset": offset, "limit": limit},
+            ).scalar_one()
+        )
+
+
+@functools.cache
+def _head_statement(liveness: bool) -> Select[Any]:
+    """The head's one statement, built once (parameters: job_id, organization_id,
+    lease_seconds, worker_dead_seconds)."""
+    current_run = runs.alias("current_run")
+    current_worker = workers.alias("current_worker")
+    newest_item = (
+        select(type_coerce(func.max(items.c.updated_at), UTCDateTime()))
+        .where(items.c.job_id == jobs.c.id)
+        .correlate(jobs)
+        .scalar_subquery()
+    )
+    reclaims = (
+        select(func.count())
+        .where(runs.c.job_id == jobs.c.id, runs.c.outcome == RunOutcome.RECOVERED)
+        .correlate(jobs)
+        .scalar_subquery()
+    )
+    columns: list[Any] = [
+        jobs.c.id,
+        jobs.c.version,
+        jobs.c.status,
+        jobs.c.attempt,
+        jobs.c.updated_at,
+        *COUNTERS.values(),
+        newest_item.label("newest_item_at"),
+        reclaims.label("reclaims"),
+        current_worker.c.hostname,
+        current_worker.c.pid,
+        current_worker.c.heartbeat_at,
+        current_run.c.waiting_for_slot,
+        current_run.c.waiting_for_pace,
+    ]
+    if liveness:
+        looks_dead = or_(
+            and_(
+                jobs.c.status == JobStatus.GENERATING,
+                or_(
+                    stale_progress(bindparam("lease_seconds", type_=Float)),
+                    dead_worker(bindparam("worker_dead_seconds", type_=Float)),
+                ),
+            ),
+            has_orphan_items(),
+        )
+        columns.append(case((looks_dead, True), else_=False).label("needs_recovery"))
+    return (
+        select(*columns)
+        .select_from(
+            jobs.outerjoin(
+                current_run,
+                and_(current_run.c.job_id == jobs.c.id, current_run.c.attempt == jobs.c.attempt),
+            ).outerjoin(current_worker, current_worker.c.id == current_run.c.worker_id)
+        )
+        .where(
+            jobs.c.id == bindparam("job_id", type_=Id),
+            jobs.c.organization_id == bindparam("organization_id", type_=Id),
+        )
+    )
+
+
+@dataclass(frozen=True)
+class _Statements:
+    """The JSON documents' SQL in one dialect, keyed by a flag (with items / filtered).
+
+    Plain SQL text: these statements are shaped like the answer, and building them with
+    the expression language at every request would cost more than running them.
+    """
+
+    job: dict[bool, TextClause]
+    items_page: dict[bool, TextClause]
+    jobs_page: dict[bool, TextClause]
+
+
+@functools.cache
+def _statements(dialect: str) -> _Statements:
+    pg = dialect == "postgresql"
+    flags = (True, False)
+    return _Statements(
+        job={f: text(_job_sql(pg, f)) for f in flags},
+        items_page={f: text(_items_sql(pg, f)) for f in flags},
+        jobs_page={f: text(_jobs_sql(pg, f)) for f in flags},
+    )
+
+
+def _ts(pg: bool, column: str) -> str:
+    """An ISO 8601 UTC timestamp with offset, as Python's ``isoformat()`` writes it."""
+    if pg:
+        return f"""to_char({column} AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US"+00:00"')"""
+    # SQLite stores 'YYYY-MM-DD HH:MM:SS.ffffff' (UTC).
+    return f"(replace({column}, ' ', 'T') || '+00:00')"
+
+
+def _obj(pg: bool, pairs: list[tuple[str, str]]) -> str:
+    args = ", ".join(f"'{key}', {value}" for key, value in pairs)
+    return f"json_build_object({args})" if pg else f"json_object({args})"
+
+
+def _array(pg: bool, document: str, source: str, order: str) -> str:
+    """A JSON array of ``document`` over the rows of ``source`` (a FROM ... clause)."""
+    if pg:
+        return (
+            f"(SELECT coalesce(json_agg(x.doc ORDER BY x.k), '[]'::json) FROM "
+            f"(SELECT {document} AS doc, {order} AS k {source}) x)"
+        )
+    # SQLite aggregates in the subquery's order; json() keeps each element an object.
+    return f"(SELECT json_group_array(json(x.doc)) FROM (SELECT {document} AS doc {source}) x)"
+
+
+def _text(pg: bool, document: str) -> str:
+    """The document as text (the driver would parse PostgreSQL's json into objects)."""
+    return f"({document})::text" if pg else document
+
+
+def _embed(pg: bool, array: str) -> str:
+    """An array subquery as a JSON value inside an object."""
+    return array if pg else f"json({array})"
+
+
+def _summary_pairs(pg: bool) -> list[tuple[str, str]]:
+    total = " + ".join(f"j.{c.key}" for c in COUNTERS.values())
+    progress = _obj(
+        pg,
+        [("total", total)] + [(s.lower(), f"j.{COUNTERS[s].key}") for s in ITEM_STATUSES],
+    )
+    return [
+        ("id", "j.id"),
+        ("title", "j.title"),
+        ("voice", "j.voice"),
+        ("status", "j.status"),
+        ("attempt", "j.attempt"),
+        ("error_message", "j.error_message"),
+        ("created_at", _ts(pg, "j.created_at")),
+        ("updated_at", _ts(pg, "j.updated_at")),
+        ("started_at", _ts(pg, "j.started_at")),
+        ("finished_at", _ts(pg, "j.finished_at")),
+        ("progress", progress),
+    ]
+
+
+def _bool(pg: bool, column: str) -> str:
+    """A boolean column as a JSON true/false (SQLite stores 0/1)."""
+    return column if pg else f"json(CASE WHEN {column} THEN 'true' ELSE 'false' END)"
+
+
+def _item_document(pg: bool) -> str:
+    audio = (
+        "CASE WHEN i.audio_path IS NOT NULL THEN "
+        "'/api/jobs/' || i.job_id || '/items/' || i.id || '/audio' END"
+    )
+    return _obj(
+        pg,
+        [
+            ("id", "i.id"),
+            ("position", "i.position"),
+            ("text", "i.text"),
+            ("status", "i.status"),
+            ("error_message", "i.error_message"),
+            ("audio_url", audio),
+            ("reused", _bool(pg, "i.reused")),
+            ("updated_at", _ts(pg, "i.updated_at")),
+        ],
+    )
+
+
+def _job_sql(pg: bool, with_items: bool) -> str:
+    run = _obj(
+        pg,
+        [
+            ("attempt", "r.attempt"),
+            ("kind", "r.kind"),
+            ("outcome", "r.outcome"),
+            ("started_at", _ts(pg, "r.started_at")),
+            ("finished_at", _ts(pg, "r.finished_at")),
+            ("error_message", "r.error_message"),
+            ("started_by", "u.email"),
+            ("cancelled_by", "c.email"),
+            ("billed_characters", "r.billed_characters"),
+            ("provider_calls", "r.provider_calls"),
+            ("worker", "CASE WHEN w.id IS NOT NULL THEN w.hostname || ':' || w.pid END"),
+        ],
+    )
+    run_rows = (
+        "FROM runs r LEFT JOIN users u ON u.id = r.started_by_id "
+        "LEFT JOIN users c ON c.id = r.cancelled_by_id "
+        "LEFT JOIN workers w ON w.id = r.worker_id WHERE r.job_id = j.id ORDER BY r.attempt"
+    )
+    pairs = _summary_pairs(pg)
+    if with_items:
+        item_rows = "FROM items i WHERE i.job_id = j.id ORDER BY i.position"
+        pairs.append(("items", _embed(pg, _array(pg, _item_document(pg), item_rows, "i.position"))))
+    pairs.append(("runs", _embed(pg, _array(pg, run, run_rows, "r.attempt"))))
+    return f"SELECT {_text(pg, _obj(pg, pairs))} FROM jobs j WHERE j.id = :job_id"
+
+
+def _items_sql(pg: bool, filtered: bool) -> str:
+    where = "i.job_id = :job_id" + (" AND i.status = :status" if filtered else "")
+    rows = f"FROM items i WHERE {where} ORDER BY i.position LIMIT :limit OFFSET :offset"
+    return f"SELECT {_text(pg, _array(pg, _item_document(pg), rows, 'i.position'))}"
+
+
+def _jobs_sql(pg: bool, filtered: bool) -> str:
+    where = "j.organization_id = :org" + (" AND j.status = :status" if filtered else "")
+    rows = f"FROM jobs j WHERE {where} ORDER BY j.id DESC LIMIT :limit OFFSET :offset"
+    return f"SELECT {_text(pg, _array(pg, _obj(pg, _summary_pairs(pg)), rows, '-j.id'))}"

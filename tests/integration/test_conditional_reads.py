@@ -1,0 +1,194 @@
+"""ETags, 304s and partial reads of the job, its items and the list (CONTRACT)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from flask.testing import FlaskClient
+from sqlalchemy import update
+
+from speechbatch.app import Services
+from speechbatch.models import Item, Job
+from speechbatch.repositories import UserRecord
+from tests.helpers import ago, claim, new_job, view
+
+HOUR = 3600.0
+
+
+def _get(client: FlaskClient, url: str, auth: dict[str, str], etag: str | None = None) -> Any:
+    headers = dict(auth)
+    if etag is not None:
+        headers["If-None-Match"] = etag
+    return client.get(url, headers=headers)
+
+
+def _ids(svc: Services, user: UserRecord, job_id: int) -> list[int]:
+    return [i["id"] for i in view(svc, user, job_id)["items"]]
+
+
+def _start(svc: Services, job_id: int, item_id: int) -> None:
+    with svc.uow_factory() as uow:
+        assert uow.runs.start_item(job_id, 1, item_id) is not None
+        uow.commit()
+
+
+def test_a_matching_etag_answers_304_with_no_body(
+    client: FlaskClient, svc: Services, admin: UserRecord, auth: dict[str, str]
+) -> None:
+    job_id = new_job(svc, admin)
+    for url in (f"/api/jobs/{job_id}", f"/api/jobs/{job_id}/items", "/api/jobs"):
+        first = _get(client, url, auth)
+        assert first.status_code == 200 and first.headers["ETag"]
+        again = _get(client, url, auth, first.headers["ETag"])
+        assert again.status_code == 304, url
+        assert again.data == b""
+        assert again.headers["ETag"] == first.headers["ETag"]
+
+
+def test_the_job_etag_changes_when_an_item_finishes(
+    client: FlaskClient, svc: Services, admin: UserRecord, auth: dict[str, str]
+) -> None:
+    job_id = new_job(svc, admin)
+    first = _ids(svc, admin, job_id)[0]
+    claim(svc, admin, job_id)
+    _start(svc, job_id, first)
+    url = f"/api/jobs/{job_id}"
+    before = {u: _get(client, u, auth).headers["ETag"] for u in (url, f"{url}/items")}
+    with svc.uow_factory() as uow:
+        assert uow.runs.finish_item(job_id, 1, first, audio_path="a", audio_sha256="s")
+        uow.commit()
+    for u, etag in before.items():
+        answer = _get(client, u, auth, etag)
+        assert answer.status_code == 200, u
+    assert _get(client, url, auth).get_json()["items"][0]["status"] == "DONE"
+
+
+def test_the_job_etag_changes_when_a_run_ends(
+    client: FlaskClient, svc: Services, admin: UserRecord, auth: dict[str, str]
+) -> None:
+    job_id = new_job(svc, admin)
+    claim(svc, admin, job_id)
+    etag = _get(client, f"/api/jobs/{job_id}", auth).headers["ETag"]
+    with svc.uow_factory() as uow:
+        assert uow.runs.interrupt_run(job_id, 1, "interrupted: the server stopped")
+        uow.commit()
+    answer = _get(client, f"/api/jobs/{job_id}", auth, etag)
+    assert answer.status_code == 200
+    assert answer.get_json()["runs"][-1]["outcome"] == "INTERRUPTED"
+
+
+def test_the_job_etag_changes_when_recovery_flips_the_job(
+    client: FlaskClient, svc: Services, admin: UserRecord, auth: dict[str, str]
+) -> None:
+    job_id = new_job(svc, admin)
+    claim(svc, admin, job_id)
+    _start(svc, job_id, _ids(svc, admin, job_id)[0])
+    etag = _get(client, f"/api/jobs/{job_id}", auth).headers["ETag"]
+    with svc.uow_factory() as uow:  # the run goes silent for an hour
+        uow.session.execute(update(Item).where(Item.job_id == job_id).values(updated_at=ago(HOUR)))
+        uow.session.execute(update(Job).where(Job.id == job_id).values(updated_at=ago(HOUR)))
+        uow.commit()
+    answer = _get(client, f"/api/jobs/{job_id}", auth, etag)
+    assert answer.status_code == 200
+    assert answer.get_json()["status"] == "FAILED"
+
+
+def test_the_list_etag_changes_when_a_job_is_added(
+    client: FlaskClient, svc: Services, admin: UserRecord, auth: dict[str, str]
+) -> None:
+    new_job(svc, admin)
+    etag = _get(client, "/api/jobs", auth).headers["ETag"]
+    new_job(svc, admin, title="another")
+    answer = _get(client, "/api/jobs", auth, etag)
+    assert answer.status_code == 200
+    assert answer.get_json()["total"] == 2
+
+
+def test_items_none_leaves_the_items_out(
+    client: FlaskClient, svc: Services, admin: UserRecord, auth: dict[str, str]
+) -> None:
+    job_id = new_job(svc, admin, 5)
+    full = _get(client, f"/api/jobs/{job_id}", auth)
+    summary = _get(client, f"/api/jobs/{job_id}?items=none", auth)
+    assert "items" not in summary.get_json()
+    assert summary.get_json()["progress"] == full.get_json()["progress"]
+    assert summary.get_json()["runs"] == full.get_json()["runs"]
+    assert summary.headers["ETag"] != full.headers["ETag"]
+
+
+def test_the_items_endpoint_pages_and_filters(
+    client: FlaskClient, svc: Services, admin: UserRecord, auth: dict[str, str]
+) -> None:
+    job_id = new_job(svc, admin, 7)
+    claim(svc, admin, job_id)
+    ids = _ids(svc, admin, job_id)
+    _start(svc, job_id, ids[4])
+    page = _get(client, f"/api/jobs/{job_id}/items?offset=2&limit=3", auth).get_json()
+    assert [i["position"] for i in page["items"]] == [3, 4, 5]
+    assert page["total"] == 7
+    assert set(page["items"][0]) >= {"id", "text", "status", "audio_url", "updated_at"}
+    generating = _get(client, f"/api/jobs/{job_id}/items?status=GENERATING", auth).get_json()
+    assert [i["id"] for i in generating["items"]] == [ids[4]]
+    assert generating["total"] == 1
+    assert _get(client, f"/api/jobs/{job_id}/items", auth).get_json()["total"] == 7
+
+
+def test_the_list_pages_with_a_total(
+    client: FlaskClient, svc: Services, admin: UserRecord, auth: dict[str, str]
+) -> None:
+    made = [new_job(svc, admin, 1, title=f"job {n}") for n in range(5)]
+    answer = _get(client, "/api/jobs?page=2&per_page=2", auth).get_json()
+    assert [j["id"] for j in answer["jobs"]] == [made[2], made[1]]
+    assert (answer["total"], answer["page"], answer["per_page"]) == (5, 2, 2)
+    assert "items" not in answer["jobs"][0] and "runs" not in answer["jobs"][0]
+    assert answer["jobs"][0]["progress"]["total"] == 1
+
+
+@pytest.mark.parametrize(
+    "query",
+    [
+        "items?limit=0",
+        "items?limit=1001",
+        "items?offset=-1",
+        "items?limit=ten",
+        "items?status=FINISHED",
+        "?items=some",
+    ],
+)
+def test_bad_item_paging_is_422(
+    client: FlaskClient, svc: Services, admin: UserRecord, auth: dict[str, str], query: str
+) -> None:
+    job_id = new_job(svc, admin)
+    sep = "/" if query.startswith("items") else ""
+    answer = _get(client, f"/api/jobs/{job_id}{sep}{query}", auth)
+    assert answer.status_code == 422
+    assert answer.get_json()["error"]["code"] == "validation_error"
+
+
+@pytest.mark.parametrize(
+    "query", ["per_page=0", "per_page=201", "page=0", "page=two", "status=DONE"]
+)
+def test_bad_list_paging_is_422(client: FlaskClient, auth: dict[str, str], query: str) -> None:
+    answer = _get(client, f"/api/jobs?{query}", auth)
+    assert answer.status_code == 422
+    assert answer.get_json()["error"]["code"] == "validation_error"
+
+
+def test_the_items_of_another_organizations_job_are_404(
+    client: FlaskClient, svc: Services, admin: UserRecord, auth: dict[str, str]
+) -> None:
+    job_id = new_job(svc, admin)
+    assert _get(client, f"/api/jobs/{job_id + 1}/items", auth).status_code == 404
+
+
+def test_a_page_far_beyond_the_end_is_empty_not_an_error(
+    client: FlaskClient, svc: Services, admin: UserRecord, auth: dict[str, str]
+) -> None:
+    job_id = new_job(svc, admin)
+    huge = 10**30
+    jobs = _get(client, f"/api/jobs?page={huge}", auth)
+    items = _get(client, f"/api/jobs/{job_id}/items?offset={huge}", auth)
+    assert (jobs.status_code, items.status_code) == (200, 200)
+    assert jobs.get_json()["jobs"] == [] and jobs.get_json()["total"] == 1
+    assert items.get_json() == {"items": [], "total": 3}
