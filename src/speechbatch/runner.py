@@ -468,7 +468,9 @@ class Runner:
             with self.gate.holding(
                 run.job_id,
                 run.attempt,
-                lambda: self._stopping(run),
+                # Its characters are reserved already: only a stop or a fence (not the
+                # budget running out for later items) keeps it from being sent.
+                lambda: run.fenced.is_set() or self.draining,
                 lambda reason, delta: self._count_waiting(run, reason, delta),
                 lambda: self._keep_fence(run),
             ) as holder:
@@ -484,8 +486,8 @@ class Runner:
                     ),
                 )
         except CallNotStarted:
-            # The run began to stop while this item waited for a slot or the pace: it
-            # goes back to PENDING unsent, for the next run.
+            # The run began to stop (drain, cancel) while this item waited for a slot or
+            # the pace: it goes back to PENDING unsent, for the next run.
             run.unsent = True
             if not self._tx(lambda uow: uow.runs.return_item(run.job_id, run.attempt, item_id)):
                 raise Fenced() from None
