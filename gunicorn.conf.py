@@ -22,8 +22,11 @@ def on_starting(server: Any) -> None:
 
 
 def post_worker_init(worker: Any) -> None:
-    """Stop starting items the moment SIGTERM arrives, not when the worker loop notices."""
-    from speechbatch.runner import stop_starting_items
+    """Start the background tick (heartbeat, resume of interrupted jobs); stop starting
+    items the moment SIGTERM arrives, not when the worker loop notices."""
+    from speechbatch.runner import start_background_all, stop_starting_items
+
+    start_background_all()
 
     previous = signal.getsignal(signal.SIGTERM)
 

@@ -4,9 +4,12 @@ Through the real path: ``create_app(settings, provider=FakeProvider(latency=0.1)
 ``services.create_job``, then ``services.start_generation`` timed until the run has ended
 and the job is COMPLETED. The ideal wall time is items x latency / concurrency
 (96 x 0.1 / 8 = 1.2 s); efficiency = ideal / measured, target >= 0.9. Each backend
-runs several jobs and reports the median.
+runs several jobs and reports the median. Each job has texts of its own (identical
+texts would reuse audio and send nothing), and the organization has a monthly budget
+(``--budget``, 0 for none), so every call is reserved against it before it is sent.
 
 Usage: python bench/batch.py [--items 96] [--latency 0.1] [--concurrency 8] [--repeat 3]
+       [--budget 1000000000]
 """
 
 from __future__ import annotations
@@ -27,7 +30,7 @@ from _common import (
     write_results,
 )
 
-from speechbatch import create_app
+from speechbatch import create_app, spending
 from speechbatch import services as svc
 from speechbatch.app import Services
 
@@ -56,9 +59,11 @@ def run_backend(backend: str, args: argparse.Namespace) -> dict[str, Any]:
             with services.uow_factory() as uow:
                 user = uow.users.get_user_by_email("bench@bench.test")
             assert user is not None
+            if args.budget:
+                spending.set_budget(services.uow_factory, "bench", args.budget)
             services.runner.worker_id()  # register the worker outside the timed part
-            texts = [f"item number {i}" for i in range(args.items)]
-            for _ in range(args.repeat):
+            for repeat in range(args.repeat):
+                texts = [f"run {repeat} item number {i}" for i in range(args.items)]
                 job_id = svc.create_job(
                     services.uow_factory, user, "batch", "alloy", texts, services.limits
                 )
@@ -91,6 +96,7 @@ def main() -> None:
     parser.add_argument("--latency", type=float, default=0.1)
     parser.add_argument("--concurrency", type=int, default=8)
     parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--budget", type=int, default=10**9, help="0: no monthly budget")
     parser.add_argument("--no-sqlite", action="store_true")
     args = parser.parse_args()
     logging.disable(logging.INFO)  # the runner logs every run; keep the table readable

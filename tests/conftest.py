@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 import shutil
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -133,6 +133,23 @@ def app(settings: Settings, provider: FakeProvider) -> Iterator[Flask]:
     yield app
     services(app).runner.drain(5.0)
     services(app).engine.dispose()
+
+
+@pytest.fixture
+def make_svc(settings: Settings, provider: FakeProvider) -> Iterator[Callable[..., Services]]:
+    """Build more apps (as more processes would be) with changed settings, on the test's
+    database and provider; each is drained and closed after the test."""
+    built: list[Services] = []
+
+    def make(**changes: Any) -> Services:
+        svc = services(create_app(with_settings(settings, **changes), provider=provider))
+        built.append(svc)
+        return svc
+
+    yield make
+    for svc in built:
+        svc.runner.drain(5)
+        svc.engine.dispose()
 
 
 def services(app: Flask) -> Services:

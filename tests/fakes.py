@@ -38,12 +38,16 @@ class FakeProvider:
         self.fail_texts: dict[str, Exception] = {}
         self.gate: threading.Event | None = None  # when set, calls wait for it
         self.in_flight = 0
+        self.max_in_flight = 0
+        self.started: list[tuple[str, float]] = []  # (text, time.monotonic()) per call
         self._lock = threading.Lock()
 
     def synthesize(self, text: str, voice: str) -> bytes:
         with self._lock:
             self.calls[text] += 1
             self.in_flight += 1
+            self.max_in_flight = max(self.max_in_flight, self.in_flight)
+            self.started.append((text, time.monotonic()))
         try:
             if self.gate is not None:
                 self.gate.wait(30)
@@ -71,6 +75,11 @@ def permanent(message: str = "bad input") -> PermanentProviderError:
 def retryable(message: str = "overloaded") -> RetryableProviderError:
     """A transient provider failure."""
     return RetryableProviderError(message, status=503)
+
+
+def rate_limited(retry_after: float) -> RetryableProviderError:
+    """A 429 with Retry-After."""
+    return RetryableProviderError("rate limited", status=429, retry_after=retry_after)
 
 
 class FakeRepository:
@@ -139,6 +148,11 @@ class FakeRepository:
 
     def recover_orphan_items(self, job_id: int, message: str) -> bool:
         return False
+
+    def anything_to_recover(
+        self, organization_id: int, *, lease_seconds: float, worker_dead_seconds: float
+    ) -> bool:
+        return bool(self.stale)
 
     # Views
     def ping(self) -> None:

@@ -86,6 +86,9 @@ def create_app(settings: Settings | None = None, *, provider: TTSProvider | None
     provider = provider or build_provider(settings)
     storage = LocalStorage(settings.storage_dir)
     runner = Runner(uow_factory, provider, storage, settings)
+    from .resume import resume_interrupted
+
+    runner.background_tick = lambda: resume_interrupted(uow_factory, runner)
     app.extensions["speechbatch"] = Services(
         settings=settings,
         engine=engine,

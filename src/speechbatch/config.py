@@ -44,6 +44,9 @@ class Settings:
     # Price of a million billed characters, for estimates; None: characters only.
     tts_price_per_million_characters: float | None = None
     currency: str = "USD"
+    # Deployment-wide: provider calls in flight at once, and started per minute (0: no limit).
+    provider_concurrency: int = 8
+    provider_rpm: int = 0
 
     @property
     def item_worst_case_seconds(self) -> float:
@@ -90,6 +93,10 @@ class Settings:
             raise ConfigError("SPEECHBATCH_TTS_MAX_ATTEMPTS must be at least 1")
         if self.item_concurrency < 1:
             raise ConfigError("SPEECHBATCH_ITEM_CONCURRENCY must be at least 1")
+        if self.provider_concurrency < 1:
+            raise ConfigError("SPEECHBATCH_PROVIDER_CONCURRENCY must be at least 1")
+        if self.provider_rpm < 0:
+            raise ConfigError("SPEECHBATCH_PROVIDER_RPM must be 0 (no limit) or more")
         if self.export_lock_ttl_seconds <= 0:
             raise ConfigError("SPEECHBATCH_EXPORT_LOCK_TTL_SECONDS must be positive")
         price = self.tts_price_per_million_characters
@@ -147,7 +154,8 @@ class Settings:
         for name in ("lease_seconds", "worker_dead_seconds", "tts_timeout_seconds",
                      "export_lock_ttl_seconds", "tts_price_per_million_characters"):  # fmt: skip
             number(name, float)
-        for name in ("item_concurrency", "tts_max_attempts"):
+        for name in ("item_concurrency", "tts_max_attempts", "provider_concurrency",
+                     "provider_rpm"):  # fmt: skip
             number(name, int)
         if values.get("env", "development") == "development" and "secret_key" not in values:
             values["secret_key"] = shared_secret_key(instance_dir or DEFAULT_INSTANCE_DIR)

@@ -208,6 +208,9 @@ class Run(Base):
     billed_characters: Mapped[int] = mapped_column(BigInteger, server_default="0")
     provider_calls: Mapped[int] = mapped_column(Integer, server_default="0")
     cancelled_by_id: Mapped[int | None] = mapped_column(Id, ForeignKey("users.id"))
+    # Items of this run waiting (longer than a moment) for a provider slot or the pace.
+    waiting_for_slot: Mapped[int] = mapped_column(Integer, server_default="0")
+    waiting_for_pace: Mapped[int] = mapped_column(Integer, server_default="0")
 
 
 class UsageMonth(Base):
@@ -264,3 +267,31 @@ class Export(Base):
     file_path: Mapped[str | None] = mapped_column(String(500))
     created_at: Mapped[datetime] = mapped_column(UTCDateTime(), server_default=db_now())
     finished_at: Mapped[datetime | None] = mapped_column(UTCDateTime())
+
+
+class ProviderSlot(Base):
+    """One of PROVIDER_CONCURRENCY deployment-wide provider slots, leased per call.
+
+    Slot numbers run from 0 to PROVIDER_CONCURRENCY - 1, so the primary key caps the
+    calls in flight. A row is held while ``released_at`` is NULL and its worker
+    heartbeats; ``token`` grows with every grant and fences the release.
+    """
+
+    __tablename__ = "provider_slots"
+
+    slot: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=False)
+    token: Mapped[int] = mapped_column(BigInteger, default=1, server_default="1")
+    worker_id: Mapped[int] = mapped_column(Id, ForeignKey("workers.id"))
+    job_id: Mapped[int] = mapped_column(Id, index=True)
+    attempt: Mapped[int] = mapped_column(Integer)
+    acquired_at: Mapped[datetime] = mapped_column(UTCDateTime(), server_default=db_now())
+    released_at: Mapped[datetime | None] = mapped_column(UTCDateTime())
+
+
+class ProviderPace(Base):
+    """The deployment's one pace row: no provider call starts before ``next_start_at``."""
+
+    __tablename__ = "provider_pace"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=False)
+    next_start_at: Mapped[datetime] = mapped_column(UTCDateTime(), server_default=db_now())

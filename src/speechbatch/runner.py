@@ -30,6 +30,8 @@ from .fingerprints import fingerprinter
 from .providers.base import ProviderError, TTSProvider
 from .providers.retry import synthesize_with_retries
 from .repositories.runs import FinishedItem, StartedItem
+from .repositories.slots import SlotRepository
+from .slots import CallNotStarted, Holder, ProviderGate
 from .storage import LocalStorage
 from .uow import SessionUowFactory, Writer
 from .workers import WorkerIdentity
@@ -85,6 +87,8 @@ class _Run:
     regenerate: bool = False
     # Set (with the message) when the budget could not pay for the next call.
     over_budget: str | None = None
+    # An item went back to PENDING unsent because the run began to stop while it waited.
+    unsent: bool = False
     # time.monotonic() taken just before the run's last fenced write that won (any thread).
     fenced_at: float = float("-inf")
     fenced: threading.Event = field(default_factory=threading.Event)
@@ -111,7 +115,13 @@ class Runner:
         self._runs: dict[tuple[int, int], _Run] = {}
         self._lock = threading.Lock()
         self._draining = threading.Event()
+        self.gate = ProviderGate(self._slot_tx, settings, self.worker_id)
+        # What the heartbeat thread runs once the background is started (set by the app).
+        self.background_tick: Callable[[], object] | None = None
         _RUNNERS.add(self)
+
+    def _slot_tx(self, work: Callable[[SlotRepository], T]) -> T:
+        return self._tx(lambda uow: work(uow.slots))
 
     def _tx(self, work: Callable[[Writer], T]) -> T:
         """Run one short transaction, retrying while the database is unreachable.
@@ -135,6 +145,14 @@ class Runner:
                 log.warning("database unavailable, retrying in %.1f s: %s", delay, exc.orig)
                 time.sleep(delay)
                 delay = min(delay * 2, 5.0)
+
+    def start_background(self, tick: Callable[[], object] | None = None) -> None:
+        """Register this process now and run ``tick`` after each heartbeat (gunicorn's
+        post_worker_init): a process that is up resumes interrupted jobs within
+        WORKER_DEAD_SECONDS even before it runs anything itself."""
+        if tick is not None:
+            self.identity.add_tick(tick)
+        self.worker_id()
 
     def worker_id(self) -> int:
         """This process's worker id (registered on first use)."""
@@ -210,7 +228,7 @@ class Runner:
                     "run fenced: declared dead or superseded, stopped job=%s attempt=%s",
                     run.job_id, run.attempt,
                 )  # fmt: skip
-            elif self.draining and not work.empty():
+            elif self.draining and (run.unsent or not work.empty()):
                 self._interrupt(run)
             else:
                 status = self._tx(
@@ -362,12 +380,40 @@ class Runner:
         try:
             if run.fenced.is_set():
                 raise Fenced()
-            fresh_seconds = self.settings.worker_dead_seconds * FRESH_FENCE_FRACTION
-            while time.monotonic() - run.fenced_at > fresh_seconds:
+            while time.monotonic() - run.fenced_at > self._fresh_seconds:
                 self._fence(run)
         except Fenced:
             self._refund(run, characters)
             raise
+
+    def _before_call(self, run: _Run, holder: Holder, attempt_number: int, characters: int) -> None:
+        """Take a deployment-wide slot (and the pace), then pass the fence, before a call."""
+        try:
+            holder.acquire()
+        except (CallNotStarted, Fenced):
+            if attempt_number == 1:
+                # start_item billed the first call; it will not be sent.
+                self._refund(run, characters)
+            raise
+        self._fence_before_call(run, attempt_number, characters)
+
+    def _keep_fence(self, run: _Run) -> None:
+        """While an item waits: fence again when the last fence is no longer fresh.
+
+        A refused slot does not tell a busy deployment from a dead run; this does, and
+        its stamp keeps a job that only waits from looking dead.
+        """
+        if run.fenced.is_set():
+            raise Fenced()
+        if time.monotonic() - run.fenced_at > self._fresh_seconds:
+            self._fence(run)
+
+    @property
+    def _fresh_seconds(self) -> float:
+        return self.settings.worker_dead_seconds * FRESH_FENCE_FRACTION
+
+    def _count_waiting(self, run: _Run, reason: str, delta: int) -> None:
+        self._slot_tx(lambda slots: slots.count_waiting(run.job_id, run.attempt, reason, delta))
 
     def _refund(self, run: _Run, characters: int) -> None:
         """Give back a reservation whose call was never sent (the run was fenced first)."""
@@ -419,17 +465,33 @@ class Runner:
             self._reused(run, item_id, started.reusable_item_id)
             return True
         try:
-            audio = synthesize_with_retries(
-                self.provider,
-                text,
-                run.voice,
-                max_attempts=self.settings.tts_max_attempts,
-                timeout_seconds=self.settings.tts_timeout_seconds,
-                before_attempt=lambda n: self._fence_before_call(run, n, characters),
-                on_result=lambda status, seconds: metrics.record_provider_call(
-                    status, seconds, characters
-                ),
-            )
+            with self.gate.holding(
+                run.job_id,
+                run.attempt,
+                # Its characters are reserved already: only a stop or a fence (not the
+                # budget running out for later items) keeps it from being sent.
+                lambda: run.fenced.is_set() or self.draining,
+                lambda reason, delta: self._count_waiting(run, reason, delta),
+                lambda: self._keep_fence(run),
+            ) as holder:
+                audio = synthesize_with_retries(
+                    holder.provider(self.provider),
+                    text,
+                    run.voice,
+                    max_attempts=self.settings.tts_max_attempts,
+                    timeout_seconds=self.settings.tts_timeout_seconds,
+                    before_attempt=lambda n: self._before_call(run, holder, n, characters),
+                    on_result=lambda status, seconds: metrics.record_provider_call(
+                        status, seconds, characters
+                    ),
+                )
+        except CallNotStarted:
+            # The run began to stop (drain, cancel) while this item waited for a slot or
+            # the pace: it goes back to PENDING unsent, for the next run.
+            run.unsent = True
+            if not self._tx(lambda uow: uow.runs.return_item(run.job_id, run.attempt, item_id)):
+                raise Fenced() from None
+            return False
         except BudgetExceeded:
             # A retry that no longer fits: the item waits, PENDING, for a raised budget.
             self._over_budget(run, item_id, characters)
@@ -538,6 +600,12 @@ def stop_starting_items() -> None:
     """Tell every runner of this process to start no new item (SIGTERM arrived)."""
     for runner in list(_RUNNERS):
         runner.stop_starting_items()
+
+
+def start_background_all() -> None:
+    """Start every runner's background tick in this process (gunicorn's post_worker_init)."""
+    for runner in list(_RUNNERS):
+        runner.start_background(runner.background_tick)
 
 
 def drain_all(timeout: float) -> None:

@@ -277,6 +277,9 @@ def lease_of(head: JobHead, settings: Settings) -> dict[str, Any]:
         "worker_dead_seconds": settings.worker_dead_seconds,
         "expires_at": None,
         "worker_expires_at": None,
+        # Items waiting for a deployment-wide provider slot or the pace (see slots.py).
+        "waiting_for_slot": head.waiting_for_slot if live else 0,
+        "waiting_for_pace": head.waiting_for_pace if live else 0,
     }
     if live:
         expires = head.last_progress_at + timedelta(seconds=settings.lease_seconds)
@@ -385,14 +388,12 @@ def read_jobs(
     page = _bounded("page", page, 1, 1, None)
     per_page = _bounded("per_page", per_page, DEFAULT_JOBS_PAGE, 1, MAX_PAGE)
     reader = reads.reader()
-    # Lists recover dead jobs before answering; the common read only looks.
-    stale = reader.recovery.find_stale_jobs(
+    # Lists recover dead jobs before answering; the common read only looks (one statement).
+    if reader.recovery.anything_to_recover(
+        user.organization_id,
         lease_seconds=settings.lease_seconds,
         worker_dead_seconds=settings.worker_dead_seconds,
-        organization_id=user.organization_id,
-    )
-    orphans = reader.recovery.find_orphan_item_jobs(organization_id=user.organization_id)
-    if stale or orphans:
+    ):
         reads.close()
         recover_stale(uow_factory, settings, organization_id=user.organization_id)
         reader = reads.reader()

@@ -30,6 +30,8 @@ from .repositories import (
     UsersRepository,
     WorkersRepository,
 )
+from .repositories.resume import ResumeRepository
+from .repositories.slots import SlotRepository
 from .repositories.spending import SpendingRepository
 
 
@@ -48,6 +50,10 @@ class ReadUnit(Protocol):
     def spending(self) -> SpendingRepository: ...
     @property
     def tokens(self) -> TokenRepository: ...
+    @property
+    def slots(self) -> SlotRepository: ...
+    @property
+    def resume(self) -> ResumeRepository: ...
 
     def __enter__(self) -> Self: ...
     def __exit__(
@@ -91,6 +97,8 @@ class _Unit:
         self.locks = LockRepository(self.session)
         self.spending = SpendingRepository(self.session)
         self.tokens = TokenRepository(self.session)
+        self.slots = SlotRepository(self.session)
+        self.resume = ResumeRepository(self.session)
 
     def __exit__(
         self,

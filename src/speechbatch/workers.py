@@ -6,6 +6,7 @@ import logging
 import os
 import socket
 import threading
+from collections.abc import Callable
 
 from .uow import SessionUowFactory
 
@@ -27,6 +28,13 @@ class WorkerIdentity:
         self._id: int | None = None
         self._pid: int | None = None
         self._stop = threading.Event()
+        # Background work run by the heartbeat thread after each beat that reached the
+        # database (e.g. resuming interrupted jobs).
+        self._ticks: list[Callable[[], object]] = []
+
+    def add_tick(self, tick: Callable[[], object]) -> None:
+        """Run ``tick`` in the heartbeat thread after every successful beat."""
+        self._ticks.append(tick)
 
     def id(self) -> int:
         """This process's worker id, registering it on first use."""
@@ -55,6 +63,14 @@ class WorkerIdentity:
                 # A database blip must not kill the heartbeat; a long one makes the
                 # worker look dead, and fencing then keeps its runs from writing.
                 log.exception("worker heartbeat failed id=%s", worker_id)
+                continue
+            for tick in list(self._ticks):
+                if stop.is_set():
+                    break
+                try:
+                    tick()
+                except Exception:
+                    log.exception("background tick failed id=%s", worker_id)
 
     def stop(self) -> None:
         """Stop heartbeating and record that this worker stopped on purpose."""

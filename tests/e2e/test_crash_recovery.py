@@ -19,7 +19,6 @@ import requests
 
 from tests.support.fake_provider import FakeProvider, fake_audio
 from tests.support.server import (
-    GRACEFUL_TIMEOUT,
     ITEM_CONCURRENCY,
     PAUSE_DIR_VARIABLE,
     PAUSE_MARKER,
@@ -41,7 +40,6 @@ from .conftest import Metric, ServerFactory
 ApiFor = Callable[[GunicornServer], ApiClient]
 
 N_ITEMS = 12
-SIGTERM_ITEMS = 30
 SERVER_KILL_RECOVERY_BUDGET = WORKER_DEAD_SECONDS + 10.0  # includes booting a new server
 WORKER_KILL_RECOVERY_BUDGET = WORKER_DEAD_SECONDS + 5.0  # includes the master's respawn
 COMPLETION_TIMEOUT = 30.0
@@ -254,56 +252,6 @@ def test_sigkill_only_worker_is_recovered(
     metric("calls_at_kill", calls_at_kill)
     metric("total_calls", total)
     metric("runs", [r["outcome"] for r in final["runs"]])
-
-
-def test_sigterm_graceful_stop_leaves_job_retryable(
-    spawn_server: ServerFactory,
-    api_for: ApiFor,
-    fake_provider: FakeProvider,
-    metric: Metric,
-) -> None:
-    """SIGTERM at a deploy: in-flight calls finish, the run ends INTERRUPTED, retry resumes."""
-    server = spawn_server()
-    api = api_for(server)
-    # Longer than usual: gunicorn's gthread worker notices SIGTERM only at its next loop turn
-    # (up to ~1 s), and the drain starts after that; the job must still be running by then.
-    job_id, texts = start_job(api, "sigterm", n=SIGTERM_ITEMS)
-    before = wait_mid_job(api, job_id)
-    done_before = done_texts(before)
-
-    t_term = time.monotonic()
-    server.kill(signal.SIGTERM)
-    code = server.wait_exit(GRACEFUL_TIMEOUT + 3)
-    t_exit = time.monotonic() - t_term
-    assert code is not None, (
-        f"the server did not exit within the graceful timeout:\n{server.log_text()}"
-    )
-    wait_until(lambda: not group_pids(server.pid), 5, what="stopped group gone")
-    calls_at_stop = fake_provider.total_calls()
-
-    fresh = spawn_server(name="restarted")
-    t_up = time.monotonic() - t_term
-    api = api_for(fresh)
-    first = api.get_job(job_id)  # one read, no waiting for a lease or a heartbeat
-    assert first["status"] == "FAILED", summary(first)
-    assert first["attempt"] == 1, summary(first)
-    assert first["runs"][-1]["outcome"] == "INTERRUPTED", summary(first)
-    assert not (first["error_message"] or "").startswith("auto-recovered"), summary(first)
-    assert first["progress"]["generating"] == 0, summary(first)
-    assert done_before <= done_texts(first), "DONE items were lost by the stop"
-    assert first["progress"]["done"] < len(texts), "the drain never stopped starting items"
-
-    retry_to_completion(api, job_id, previous_attempt=1)
-    # A graceful stop lets in-flight calls finish: nothing at all is paid twice.
-    total = assert_billing(fake_provider, texts, done_before, max_rebilled=0)
-
-    metric("sigterm_to_exit_seconds", round(t_exit, 2))
-    metric("restart_seconds", round(t_up, 2))
-    metric("done_before_stop", len(done_before))
-    metric("done_at_interrupt", first["progress"]["done"])
-    metric("interrupt_message", first["runs"][-1]["error_message"])
-    metric("calls_at_stop", calls_at_stop)
-    metric("total_calls", total)
 
 
 def test_sigstop_zombie_is_fenced(

@@ -190,6 +190,20 @@ def test_export_end_to_end_through_the_api(
     assert provider.total_calls() == 5
 
 
+def test_export_includes_reused_audio(
+    client: FlaskClient, auth: dict[str, str], provider: FakeProvider
+) -> None:
+    finished_job(client, auth, ["shared line", "first only"])
+    second = finished_job(client, auth, ["shared line"])
+    assert second["items"][0]["reused"] is True and provider.calls["shared line"] == 1
+    done = wait_ended(client, auth, start(client, auth)["id"])
+    archive = zipfile.ZipFile(io.BytesIO(download(client, done["download_url"], auth)[2]))
+    manifest = list(csv.DictReader(io.StringIO(archive.read("manifest.csv").decode())))
+    shared = [r for r in manifest if r["text"] == "shared line"]
+    assert [int(r["job_id"]) for r in shared] == [second["id"] - 1, second["id"]]
+    assert all(archive.read(r["file_name"]) == fake_audio("shared line") for r in shared)
+
+
 def _org(svc: Services) -> int:
     with svc.uow_factory() as uow:
         user = uow.users.get_user_by_email("admin@acme.test")

@@ -192,6 +192,19 @@ def test_list_recovers_before_answering(svc: Services, admin: UserRecord, client
     assert "items" not in summary and "runs" not in summary
 
 
+def test_list_recovers_orphan_items_before_answering(  # type: ignore[no-untyped-def]
+    svc: Services, admin: UserRecord, client, auth
+) -> None:
+    job_id = new_job(svc, admin)
+    claim(svc, admin, job_id)
+    set_job(svc, job_id, status="FAILED", error_message="x")
+    set_items(svc, job_id, status="GENERATING")
+    body = client.get("/api/jobs", headers=auth).get_json()
+    (summary,) = [j for j in body["jobs"] if j["id"] == job_id]
+    assert summary["progress"]["generating"] == 0
+    assert summary["progress"]["error"] == 3
+
+
 def test_recover_command_sweeps_every_organization(app, svc: Services, admin: UserRecord) -> None:  # type: ignore[no-untyped-def]
     _wedge(svc, admin)
     result = app.test_cli_runner().invoke(args=["recover"])

@@ -17,8 +17,8 @@ Endpoints:
 - ``POST /v1/audio/speech`` JSON ``{"model", "input", "voice", "response_format"}`` -> 200
   ``audio/mpeg`` bytes from :func:`fake_audio` (deterministic per input text). Every call is
   counted per input text when it arrives (a billed call), whatever its answer.
-- ``GET /stats`` -> ``{"total": int, "calls": {text: int}, "in_flight": int, "latency": float,
-  "pending_faults": int}``.
+- ``GET /stats`` -> ``{"total": int, "calls": {text: int}, "in_flight": int,
+  "max_in_flight": int, "latency": float, "pending_faults": int}``.
 - control (for the script mode): ``POST /control/reset``, ``POST /control/latency``
   ``{"seconds"}``, ``POST /control/fail_next`` ``{"n", "status", "retry_after"}``.
 """
@@ -70,6 +70,9 @@ class _State:
         self.api_key = api_key
         self.faults: deque[Fault] = deque()
         self.in_flight = 0
+        # The most calls ever in flight at once, and when each call arrived (time.time()).
+        self.max_in_flight = 0
+        self.starts: list[tuple[str, float]] = []
 
     def stats(self) -> dict[str, Any]:
         with self.lock:
@@ -77,6 +80,7 @@ class _State:
                 "total": sum(self.counts.values()),
                 "calls": dict(self.counts),
                 "in_flight": self.in_flight,
+                "max_in_flight": self.max_in_flight,
                 "latency": self.latency,
                 "pending_faults": len(self.faults),
             }
@@ -156,6 +160,8 @@ class _Handler(BaseHTTPRequestHandler):
         with state.lock:
             state.counts[text] += 1
             state.in_flight += 1
+            state.max_in_flight = max(state.max_in_flight, state.in_flight)
+            state.starts.append((text, time.time()))
             latency = state.latency
             fault = state.faults.popleft() if state.faults else None
         try:
@@ -322,11 +328,23 @@ class FakeProvider:
         """What ``GET /stats`` answers."""
         return self._state.stats()
 
+    def max_in_flight(self) -> int:
+        """The most calls that were ever in flight at once."""
+        with self._state.lock:
+            return self._state.max_in_flight
+
+    def starts(self) -> list[tuple[str, float]]:
+        """(text, time.time()) of every call, in arrival order."""
+        with self._state.lock:
+            return list(self._state.starts)
+
     def reset(self) -> None:
-        """Forget every count and pending fault (latency stays)."""
+        """Forget every count, start time and pending fault (latency stays)."""
         with self._state.lock:
             self._state.counts.clear()
             self._state.faults.clear()
+            self._state.starts.clear()
+            self._state.max_in_flight = self._state.in_flight
 
 
 class RemoteFakeProvider:

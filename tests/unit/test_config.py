@@ -25,6 +25,7 @@ def test_defaults(tmp_path: Path) -> None:
     assert s.tts_voices == OPENAI_VOICES
     assert s.database_url.startswith("sqlite:///") and s.database_url.endswith("speechbatch.db")
     assert s.tts_model == "gpt-4o-mini-tts"
+    assert s.provider_concurrency == 8 and s.provider_rpm == 0
 
 
 def test_values_are_read() -> None:
@@ -39,8 +40,11 @@ def test_values_are_read() -> None:
             "SPEECHBATCH_WORKER_DEAD_SECONDS": "3",
             "SPEECHBATCH_ITEM_CONCURRENCY": "8",
             "SPEECHBATCH_TTS_API_KEY": "sk-secret",
+            "SPEECHBATCH_PROVIDER_CONCURRENCY": "3",
+            "SPEECHBATCH_PROVIDER_RPM": "120",
         }
     )
+    assert s.provider_concurrency == 3 and s.provider_rpm == 120
     assert s.tts_provider == "openai" and s.tts_voices == ("a", "b", "c")
     assert s.lease_seconds == 7 and s.worker_dead_seconds == 3 and s.item_concurrency == 8
     assert "sk-secret" not in repr(s)
@@ -56,6 +60,8 @@ def test_values_are_read() -> None:
         ({"SPEECHBATCH_LEASE_SECONDS": "soon"}, "SPEECHBATCH_LEASE_SECONDS"),
         ({"SPEECHBATCH_ITEM_CONCURRENCY": "0"}, "SPEECHBATCH_ITEM_CONCURRENCY"),
         ({"SPEECHBATCH_TTS_MAX_ATTEMPTS": "0"}, "SPEECHBATCH_TTS_MAX_ATTEMPTS"),
+        ({"SPEECHBATCH_PROVIDER_CONCURRENCY": "0"}, "SPEECHBATCH_PROVIDER_CONCURRENCY"),
+        ({"SPEECHBATCH_PROVIDER_RPM": "-1"}, "SPEECHBATCH_PROVIDER_RPM"),
         ({"SPEECHBATCH_DATABASE_URL": "mysql://x"}, "SPEECHBATCH_DATABASE_URL"),
         ({"SPEECHBATCH_ENV": "production"}, "SPEECHBATCH_SECRET_KEY"),
     ],

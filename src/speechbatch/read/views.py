@@ -53,6 +53,9 @@ class JobHead:
     worker_heartbeat_at: datetime | None
     last_progress_at: datetime
     reclaim_count: int
+    # Items of the live run waiting for a deployment-wide provider slot or the pace.
+    waiting_for_slot: int = 0
+    waiting_for_pace: int = 0
 
     @property
     def total(self) -> int:
@@ -68,6 +71,8 @@ class JobHead:
         beat = ""
         if self.status == JobStatus.GENERATING and self.worker_heartbeat_at is not None:
             beat = f"-h{self.worker_heartbeat_at.timestamp():.6f}"
+        if self.status == JobStatus.GENERATING:
+            beat += f"-w{self.waiting_for_slot}.{self.waiting_for_pace}"
         return f"j{self.id}-v{self.version}{beat}{variant}"
 
 
@@ -171,6 +176,8 @@ class JobViews:
             worker_heartbeat_at=row.heartbeat_at,
             last_progress_at=newest,
             reclaim_count=int(row.reclaims),
+            waiting_for_slot=max(0, int(row.waiting_for_slot or 0)),
+            waiting_for_pace=max(0, int(row.waiting_for_pace or 0)),
         )
 
     def job_json(self, job_id: int, *, with_items: bool) -> str:
@@ -238,6 +245,8 @@ def _head_statement(liveness: bool) -> Select[Any]:
         current_worker.c.hostname,
         current_worker.c.pid,
         current_worker.c.heartbeat_at,
+        current_run.c.waiting_for_slot,
+        current_run.c.waiting_for_pace,
     ]
     if liveness:
         looks_dead = or_(

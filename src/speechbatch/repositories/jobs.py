@@ -14,7 +14,10 @@ from typing import Any, Protocol
 from sqlalchemy import (
     ColumnElement,
     Integer,
+    String,
     bindparam,
+    cast,
+    func,
     insert,
     literal,
     select,
@@ -47,6 +50,8 @@ class Jobs(Protocol):
         regenerate: bool,
         user_id: int | None,
         worker_id: int | None,
+        kind: str | None = None,
+        expected_attempt: int | None = None,
     ) -> int | None: ...
 
     def claim_refusal(self, job_id: int, organization_id: int) -> str: ...
@@ -116,6 +121,8 @@ class JobsRepository:
         regenerate: bool,
         user_id: int | None,
         worker_id: int | None,
+        kind: str | None = None,
+        expected_attempt: int | None = None,
     ) -> int | None:
         """Flip a claimable job to GENERATING, open its run; return the new attempt or None.
 
@@ -124,6 +131,9 @@ class JobsRepository:
         the counters). Zero rows means somebody else holds it or there is nothing to do.
         A plain generate touches no item: the run starts every item that is not DONE.
         A regenerate resets every item to PENDING here, as the contract says.
+        ``kind`` names the run (default generate or regenerate); with
+        ``expected_attempt`` the claim wins only if no other claim came since that
+        attempt was read (the system's resume after a deploy).
         """
         statements = _claim_statements(regenerate)
         params = {
@@ -131,6 +141,8 @@ class JobsRepository:
             "p_org": organization_id,
             "p_user": user_id,
             "p_worker": worker_id,
+            "p_kind": kind or ("regenerate" if regenerate else "generate"),
+            "p_expected": expected_attempt,
         }
         if self.session.get_bind().dialect.name == "postgresql":
             # One round trip: the claim (and a regenerate's reset) and the run row.
@@ -160,10 +172,16 @@ class JobsRepository:
 
 @functools.cache
 def _claim_statements(regenerate: bool) -> dict[str, Any]:
-    """The claim's statements, built once (parameters p_job, p_org, p_user, p_worker)."""
+    """The claim's statements, built once (parameters p_job, p_org, p_user, p_worker,
+    p_kind, p_expected)."""
     job_id, org_id = bindparam("p_job", type_=Id), bindparam("p_org", type_=Id)
     claimable = [JobStatus.PENDING, JobStatus.FAILED]
-    where: list[ColumnElement[bool]] = [jobs.c.id == job_id, jobs.c.organization_id == org_id]
+    where: list[ColumnElement[bool]] = [
+        jobs.c.id == job_id,
+        jobs.c.organization_id == org_id,
+        # No expected attempt (a click): any; else only the attempt that was read.
+        func.coalesce(bindparam("p_expected", type_=Integer), jobs.c.attempt) == jobs.c.attempt,
+    ]
     counters: dict[str, Any] = {}
     if regenerate:
         claimable.append(JobStatus.COMPLETED)
@@ -193,7 +211,7 @@ def _claim_statements(regenerate: bool) -> dict[str, Any]:
     # A regenerate keeps the old audio downloadable until each item's new audio replaces it.
     reset = update(items).values(status=ItemStatus.PENDING, error_message=None, updated_at=now)
     run: dict[str, ColumnElement[Any]] = {
-        "kind": literal("regenerate" if regenerate else "generate"),
+        "kind": cast(bindparam("p_kind", type_=String), String(20)),
         "started_by_id": bindparam("p_user", type_=Id),
         "worker_id": bindparam("p_worker", type_=Id),
         "outcome": literal(RunOutcome.RUNNING),

@@ -82,6 +82,10 @@ class Recovery(Protocol):
         self, *, organization_id: int | None = None, job_id: int | None = None
     ) -> list[int]: ...
 
+    def anything_to_recover(
+        self, organization_id: int, *, lease_seconds: float, worker_dead_seconds: float
+    ) -> bool: ...
+
     def recover_orphan_items(self, job_id: int, message: str) -> bool: ...
 
 
@@ -168,6 +172,32 @@ class RecoveryRepository:
         if job_id is not None:
             stmt = stmt.where(jobs.c.id == job_id)
         return list(self.session.execute(stmt).scalars())
+
+    def anything_to_recover(
+        self, organization_id: int, *, lease_seconds: float, worker_dead_seconds: float
+    ) -> bool:
+        """Whether the organization has a dead-looking job or orphan items (one statement:
+        the live jobs through ``ix_jobs_status``, orphans through ``ix_items_generating``)."""
+        dead = (
+            exists()
+            .where(
+                jobs.c.organization_id == organization_id,
+                jobs.c.status == JobStatus.GENERATING,
+                or_(stale_progress(lease_seconds), dead_worker(worker_dead_seconds)),
+            )
+            .correlate(None)
+        )
+        orphan = (
+            exists()
+            .where(
+                items.c.status == ItemStatus.GENERATING,
+                jobs.c.id == items.c.job_id,
+                jobs.c.organization_id == organization_id,
+                jobs.c.status != JobStatus.GENERATING,
+            )
+            .correlate(None)
+        )
+        return bool(self.session.execute(select(or_(dead, orphan))).scalar_one())
 
     def recover_orphan_items(self, job_id: int, message: str) -> bool:
         """Fail items left GENERATING after their job ended; False if the job is live again.

@@ -207,6 +207,22 @@
       };
     }
 
+    /* Items waiting for a deployment-wide provider slot or the pace (lease extension). */
+    function renderWaiting(job) {
+      var waiting = document.getElementById("job-waiting");
+      if (!waiting) return;
+      var lease = job.lease || {};
+      var parts = [];
+      if (lease.waiting_for_slot) {
+        parts.push(lease.waiting_for_slot + " waiting for a provider slot (shared by every job)");
+      }
+      if (lease.waiting_for_pace) {
+        parts.push(lease.waiting_for_pace + " waiting for the provider's pace");
+      }
+      waiting.textContent = parts.join(" · ");
+      waiting.hidden = job.status !== "GENERATING" || !parts.length;
+    }
+
     function renderSummary(job) {
       var p = job.progress;
       document.getElementById("job-status").replaceChildren(badge(job.status));
@@ -217,6 +233,7 @@
       document.querySelectorAll("#item-filters [data-count]").forEach(function (node) {
         node.textContent = String(p[node.dataset.count]);
       });
+      renderWaiting(job);
 
       var info = notice(job);
       var error = document.getElementById("job-error");
@@ -260,7 +277,7 @@
         tr.append(
           el("td", "", run.attempt),
           el("td", "", run.kind || ""),
-          el("td", "", run.started_by || ""),
+          el("td", "", run.kind === "resume" ? "resumed automatically after a restart" : run.started_by || ""),
           el("td", "mono", run.worker || ""),
           el("td"),
           el("td", "nowrap", billed(run)),

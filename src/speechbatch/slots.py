@@ -1,0 +1,310 @@
+"""The runner's side of the deployment-wide provider slots and pace.
+
+Before each provider call a run's thread takes a slot (one compare-and-set statement,
+see ``repositories/slots.py``) and, with ``PROVIDER_RPM`` set, books a start time on the
+pace row; the slot is released when the call returns. Each step is its own short
+transaction: nothing is held across the call but the slot row's lease, which a dead
+process loses by ceasing to heartbeat. A 429 with Retry-After pushes the pace row
+forward, pausing new starts across the deployment.
+
+Waiting polls the database (slots can be freed by any process) but a release in this
+process wakes this process's waiters at once. An item that waits longer than a moment is
+counted on its run's row, so the job's JSON and page can say why it is slow.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import Protocol, TypeVar
+
+from .config import Settings
+from .providers.base import RetryableProviderError, TTSProvider
+from .repositories.slots import SlotGrant, SlotRepository
+
+log = logging.getLogger(__name__)
+T = TypeVar("T")
+
+# Waits shorter than this are not worth a write to say so.
+VISIBLE_WAIT_SECONDS = 0.25
+# Longest sleep between two tries for a slot (a release in this process wakes at once).
+MAX_POLL_SECONDS = 0.2
+# How long this process trusts what it last read of a 429 pause (when RPM is 0).
+PAUSE_CACHE_SECONDS = 0.5
+
+
+class SlotTx(Protocol):
+    """Runs ``work`` in one short transaction (retrying while the database is away)."""
+
+    def __call__(self, work: Callable[[SlotRepository], T]) -> T: ...
+
+
+class CallNotStarted(Exception):
+    """The run began to stop (drain, budget, cancel) while waiting for a slot or the pace."""
+
+
+class ProviderGate:
+    """This process's access to the deployment's provider slots and pace."""
+
+    def __init__(self, tx: SlotTx, settings: Settings, worker_id: Callable[[], int]) -> None:
+        self._tx = tx
+        self.settings = settings
+        self._worker_id = worker_id
+        self._released = threading.Condition()
+        # Per job: held by the one thread of this process that asks the database for a
+        # slot for that job, and how many threads of the job are waiting.
+        self._heads: dict[int, tuple[threading.Lock, int]] = {}
+        self._heads_guard = threading.Lock()
+        self._pause_lock = threading.Lock()
+        self._paused_until = 0.0  # time.monotonic() until which starts are paused
+        self._pause_checked_at = float("-inf")
+
+    @property
+    def max_hold_seconds(self) -> float:
+        """A slot held longer than any call lasts lost its release: it counts as free."""
+        return self.settings.tts_timeout_seconds + self.settings.worker_dead_seconds + 5.0
+
+    def _try_acquire(self, job_id: int, attempt: int) -> SlotGrant | None:
+        worker_id = self._worker_id()
+        return self._tx(
+            lambda slots: slots.acquire_slot(
+                worker_id,
+                job_id,
+                attempt,
+                capacity=self.settings.provider_concurrency,
+                worker_dead_seconds=self.settings.worker_dead_seconds,
+                max_hold_seconds=self.max_hold_seconds,
+            )
+        )
+
+    def release(self, grant: SlotGrant) -> None:
+        """Give the slot back (fenced by its token) and wake this process's waiters."""
+        try:
+            self._tx(lambda slots: slots.release_slot(grant))
+        except Exception:
+            # The slot comes back anyway after max_hold_seconds.
+            log.exception("could not release provider slot %s", grant.slot)
+        with self._released:
+            self._released.notify_all()  # every job's poller may ask again
+
+    def pause(self, seconds: float) -> None:
+        """Pause new starts across the deployment for ``seconds`` (a 429's Retry-After)."""
+        try:
+            self._tx(lambda slots: slots.pause_starts(seconds))
+        except Exception:
+            log.exception("could not pause provider starts")
+        with self._pause_lock:
+            self._paused_until = max(self._paused_until, time.monotonic() + seconds)
+        log.warning("provider asked to wait %.1f s: new calls paused deployment-wide", seconds)
+
+    def _pause_left(self) -> float:
+        """Seconds left of a deployment-wide pause (read at most every PAUSE_CACHE_SECONDS)."""
+        now = time.monotonic()
+        with self._pause_lock:
+            fresh = now - self._pause_checked_at < PAUSE_CACHE_SECONDS
+            if fresh:
+                return max(0.0, self._paused_until - now)
+            self._pause_checked_at = now
+        seconds = self._tx(lambda slots: slots.paused_for())
+        with self._pause_lock:
+            self._paused_until = max(self._paused_until, now + seconds)
+            return max(0.0, self._paused_until - now)
+
+    def _wait_for_pace(self, stopping: Callable[[], bool], waiting: _Waiting) -> None:
+        """Wait until this call may start: the deployment's pace (RPM) and any 429 pause."""
+        rpm = self.settings.provider_rpm
+        while True:
+            if stopping():
+                raise CallNotStarted()
+            if rpm > 0:
+                answer = self._tx(lambda slots: slots.reserve_start(60.0 / rpm))
+                wait = answer.wait_seconds
+                if wait is not None:
+                    if wait > 0:
+                        waiting.set("pace" if wait > VISIBLE_WAIT_SECONDS else None)
+                        _sleep(wait, stopping)
+                    return
+                left = max(0.05, min(answer.paused_for_seconds, 1.0))
+            else:
+                left = self._pause_left()
+                if left <= 0:
+                    return
+            waiting.set("pace")
+            _sleep(min(left, 1.0), stopping)
+
+    @contextmanager
+    def holding(
+        self,
+        job_id: int,
+        attempt: int,
+        stopping: Callable[[], bool],
+        count_waiting: WaitCounter,
+        keep_fence: Callable[[], None],
+    ) -> Iterator[Holder]:
+        """A holder that takes a slot before each call of one item and always gives it back.
+
+        ``keep_fence`` runs between tries while waiting: it raises Fenced once the run
+        was declared dead, cancelled or superseded (a refused slot does not say why).
+        """
+        holder = Holder(self, job_id, attempt, stopping, count_waiting, keep_fence)
+        try:
+            yield holder
+        finally:
+            holder.release()
+
+    def _acquire(self, holder: Holder, waiting: _Waiting) -> SlotGrant:
+        """Take a slot, waiting as long as it takes (until the run stops or is fenced).
+
+        Per job, one thread of this process at a time asks the database (the job's
+        poller); the job's other threads wait for that role. So fifty threads waiting
+        cost the database what one does, each try stays as quick as an uncontended one,
+        and a job over its fair share does not keep another job's thread from asking.
+        """
+        with self._heads_guard:
+            head, users = self._heads.get(holder.job_id, (threading.Lock(), 0))
+            self._heads[holder.job_id] = (head, users + 1)
+        try:
+            while True:
+                self._check(holder)
+                if head.acquire(timeout=MAX_POLL_SECONDS):
+                    try:
+                        return self._poll(holder, waiting)
+                    finally:
+                        head.release()
+                waiting.set("slot")
+        finally:
+            with self._heads_guard:
+                head, users = self._heads[holder.job_id]
+                if users <= 1:
+                    del self._heads[holder.job_id]
+                else:
+                    self._heads[holder.job_id] = (head, users - 1)
+
+    def _check(self, holder: Holder) -> None:
+        if holder.stopping():
+            raise CallNotStarted()
+        holder.keep_fence()
+
+    def _poll(self, holder: Holder, waiting: _Waiting) -> SlotGrant:
+        """As the job's poller: ask until granted; a local release wakes it at once."""
+        delay = 0.005
+        while True:
+            self._check(holder)
+            grant = self._try_acquire(holder.job_id, holder.attempt)
+            if grant is not None:
+                return grant
+            waiting.set("slot")
+            with self._released:
+                self._released.wait(delay)
+            delay = min(delay * 2, MAX_POLL_SECONDS)
+
+
+# count_waiting(reason, delta): add delta to the run's count of items waiting for reason.
+WaitCounter = Callable[[str, int], None]
+
+
+class _Waiting:
+    """Counts one item on its run's row while it waits longer than a moment, and why."""
+
+    def __init__(self, count: WaitCounter) -> None:
+        self._count = count
+        self._since = time.monotonic()
+        self._shown: str | None = None
+
+    def set(self, reason: str | None) -> None:
+        if reason is not None and time.monotonic() - self._since < VISIBLE_WAIT_SECONDS:
+            return
+        if reason == self._shown:
+            return
+        try:
+            if self._shown is not None:
+                self._count(self._shown, -1)
+            if reason is not None:
+                self._count(reason, 1)
+            self._shown = reason
+        except Exception:
+            # Only a display: never let it stop a call.
+            log.warning("could not count a waiting item", exc_info=True)
+
+    def done(self) -> None:
+        self.set(None)
+
+
+class Holder:
+    """One item's calls: a slot before each one, released when it returns."""
+
+    def __init__(
+        self,
+        gate: ProviderGate,
+        job_id: int,
+        attempt: int,
+        stopping: Callable[[], bool],
+        count_waiting: WaitCounter,
+        keep_fence: Callable[[], None],
+    ) -> None:
+        self._gate = gate
+        self.job_id = job_id
+        self.attempt = attempt
+        self.stopping = stopping
+        self.keep_fence = keep_fence
+        self._count_waiting = count_waiting
+        self._grant: SlotGrant | None = None
+
+    def acquire(self) -> None:
+        """Wait for a slot and the pace; raise CallNotStarted when the run stops meanwhile."""
+        if self._grant is not None:
+            return
+        waiting = _Waiting(self._count_waiting)
+        try:
+            self._grant = self._gate._acquire(self, waiting)
+            self._gate._wait_for_pace(self.stopping, waiting)
+        except BaseException:
+            self.release()
+            raise
+        finally:
+            waiting.done()
+
+    def release(self) -> None:
+        """Give the slot back, if one is held."""
+        grant, self._grant = self._grant, None
+        if grant is not None:
+            self._gate.release(grant)
+
+    def provider(self, inner: TTSProvider) -> TTSProvider:
+        """``inner`` whose every call gives the slot back when it returns (429: pause all)."""
+        return _SlotProvider(inner, self)
+
+
+class _SlotProvider:
+    """A provider whose calls release the holder's slot and share a 429's Retry-After."""
+
+    def __init__(self, inner: TTSProvider, holder: Holder) -> None:
+        self._inner = inner
+        self._holder = holder
+        self.name = inner.name
+        self.voices = inner.voices
+        self.max_chars = inner.max_chars
+        self.content_type = inner.content_type
+        self.file_extension = inner.file_extension
+
+    def synthesize(self, text: str, voice: str) -> bytes:
+        try:
+            return self._inner.synthesize(text, voice)
+        except RetryableProviderError as exc:
+            if exc.status == 429 and exc.retry_after:
+                self._holder._gate.pause(exc.retry_after)
+            raise
+        finally:
+            self._holder.release()
+
+
+def _sleep(seconds: float, stopping: Callable[[], bool]) -> None:
+    """Sleep, waking early (in steps of at most 0.1 s) when the run begins to stop."""
+    deadline = time.monotonic() + seconds
+    while (left := deadline - time.monotonic()) > 0:
+        if stopping():
+            raise CallNotStarted()
+        time.sleep(min(left, 0.1))

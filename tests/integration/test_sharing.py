@@ -1,0 +1,162 @@
+"""Runs share the provider: slots across processes, visible waiting, a 429 pauses all."""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Callable, Iterator
+
+import pytest
+
+from speechbatch import create_app
+from speechbatch.app import Services
+from speechbatch.config import Settings
+from speechbatch.repositories import UserRecord
+from speechbatch.repositories.slots import SlotGrant
+from speechbatch.services import create_job, get_job, start_generation
+from speechbatch.spending import cancel_generation
+from tests.conftest import services, with_settings
+from tests.fakes import FakeProvider, rate_limited
+from tests.helpers import LIMITS, claim, new_job, view, wait_for
+
+
+@pytest.fixture
+def two_processes(settings: Settings) -> Iterator[tuple[Services, Services, FakeProvider]]:
+    """Two apps (two runners, as two processes would be) on one database and one provider,
+    sharing two slots, each running up to four calls per job."""
+    provider = FakeProvider(latency=0.05)
+    shared = with_settings(settings, provider_concurrency=2, item_concurrency=4)
+    apps = [services(create_app(shared, provider=provider)) for _ in range(2)]
+    yield apps[0], apps[1], provider
+    for svc in apps:
+        svc.runner.drain(5)
+        svc.engine.dispose()
+
+
+def _done(svc: Services, user: UserRecord, job_id: int) -> bool:
+    return view(svc, user, job_id)["status"] != "GENERATING"
+
+
+def _job(svc: Services, user: UserRecord, *texts: str) -> int:
+    return create_job(svc.uow_factory, user, "job", "alloy", list(texts), LIMITS)
+
+
+def _hold_the_only_slot_elsewhere(svc: Services, user: UserRecord) -> SlotGrant:
+    """Another (live) process runs a job that holds the deployment's only slot."""
+    blocker = _job(svc, user, "blocker")
+    attempt = claim(svc, user, blocker)
+    assert attempt is not None
+    with svc.uow_factory() as uow:
+        other = uow.workers.register_worker("elsewhere", 1)
+        grant = uow.slots.acquire_slot(
+            other, blocker, attempt, capacity=1, worker_dead_seconds=30, max_hold_seconds=300
+        )
+        uow.commit()
+    assert grant is not None
+    return grant
+
+
+def _waiting_for_slot(svc: Services, user: UserRecord, job_id: int) -> int:
+    lease = get_job(svc.uow_factory, svc.settings, user, job_id)["lease"]
+    return int(lease["waiting_for_slot"])
+
+
+def test_calls_in_flight_never_exceed_the_deployments_slots(
+    two_processes: tuple[Services, Services, FakeProvider], admin: UserRecord
+) -> None:
+    first, second, provider = two_processes
+    jobs = [
+        (svc, _job(svc, admin, *(f"job {n} item {i}" for i in range(8))))
+        for n, svc in enumerate([first, second])
+    ]
+    for svc, job_id in jobs:
+        start_generation(svc.uow_factory, svc.settings, svc.runner, admin, job_id)
+    for svc, job_id in jobs:
+        wait_for(lambda s=svc, j=job_id: _done(s, admin, j), timeout=30)  # type: ignore[misc]
+        assert view(svc, admin, job_id)["status"] == "COMPLETED"
+    assert provider.total_calls() == 16
+    assert provider.max_in_flight == 2
+
+
+def test_items_waiting_for_a_slot_show_on_the_job(
+    make_svc: Callable[..., Services], admin: UserRecord, provider: FakeProvider
+) -> None:
+    svc = make_svc(provider_concurrency=1)
+    grant = _hold_the_only_slot_elsewhere(svc, admin)
+    job_id = _job(svc, admin, "one", "two")
+    start_generation(svc.uow_factory, svc.settings, svc.runner, admin, job_id)
+    # One thread per item waits (ITEM_CONCURRENCY 4, two items); nothing waits for pace.
+    wait_for(lambda: _waiting_for_slot(svc, admin, job_id) == 2)
+    lease = get_job(svc.uow_factory, svc.settings, admin, job_id)["lease"]
+    assert lease["waiting_for_pace"] == 0
+    assert provider.total_calls() == 0
+    with svc.uow_factory() as uow:
+        assert uow.slots.release_slot(grant)
+        uow.commit()
+    wait_for(lambda: _done(svc, admin, job_id), timeout=20)
+    job = get_job(svc.uow_factory, svc.settings, admin, job_id)
+    assert job["status"] == "COMPLETED"
+    assert job["lease"]["waiting_for_slot"] == 0
+
+
+def test_a_429_with_retry_after_pauses_every_start(
+    make_svc: Callable[..., Services], admin: UserRecord, provider: FakeProvider
+) -> None:
+    svc = make_svc(tts_timeout_seconds=2.0)
+    provider.fail_texts["limited"] = rate_limited(1.0)
+    limited = _job(svc, admin, "limited")
+    other = _job(svc, admin, "text 1")
+    start_generation(svc.uow_factory, svc.settings, svc.runner, admin, limited)
+    wait_for(lambda: provider.calls["limited"] >= 1)
+    first_429 = provider.started[0][1]
+    start_generation(svc.uow_factory, svc.settings, svc.runner, admin, other)
+    wait_for(lambda: _done(svc, admin, other), timeout=20)
+    other_start = next(t for text, t in provider.started if text == "text 1")
+    assert other_start - first_429 >= 0.9
+
+
+def test_the_pace_spreads_starts_evenly(
+    make_svc: Callable[..., Services], admin: UserRecord, provider: FakeProvider
+) -> None:
+    # 120 calls a minute: one start every half second, whatever the concurrency.
+    svc = make_svc(provider_rpm=120)
+    job_id = new_job(svc, admin, 5)
+    start_generation(svc.uow_factory, svc.settings, svc.runner, admin, job_id)
+    wait_for(lambda: _done(svc, admin, job_id), timeout=20)
+    starts = sorted(t for _, t in provider.started)
+    assert len(starts) == 5
+    gaps = [b - a for a, b in itertools.pairwise(starts)]
+    assert min(gaps) >= 0.4, gaps
+
+
+def _waiting_job(make_svc: Callable[..., Services], admin: UserRecord) -> tuple[Services, int]:
+    """A run of one item waiting for the deployment's only slot, held elsewhere."""
+    svc = make_svc(provider_concurrency=1)
+    _hold_the_only_slot_elsewhere(svc, admin)
+    job_id = _job(svc, admin, "one")
+    start_generation(svc.uow_factory, svc.settings, svc.runner, admin, job_id)
+    wait_for(lambda: _waiting_for_slot(svc, admin, job_id))
+    return svc, job_id
+
+
+def test_a_run_cancelled_while_waiting_for_a_slot_sends_nothing(
+    make_svc: Callable[..., Services], admin: UserRecord, provider: FakeProvider
+) -> None:
+    svc, job_id = _waiting_job(make_svc, admin)
+    cancel_generation(svc.uow_factory, svc.runner, admin, job_id)
+    wait_for(lambda: not svc.runner.live_runs())
+    assert provider.total_calls() == 0
+    job = view(svc, admin, job_id)
+    assert job["items"][0]["status"] == "PENDING"
+    assert job["runs"][0]["outcome"] == "CANCELLED"
+    assert job["runs"][0]["billed_characters"] == 0  # the reservation was given back
+
+
+def test_a_drain_while_waiting_ends_the_run_interrupted(
+    make_svc: Callable[..., Services], admin: UserRecord, provider: FakeProvider
+) -> None:
+    svc, job_id = _waiting_job(make_svc, admin)
+    svc.runner.drain(5)
+    job = view(svc, admin, job_id)
+    assert job["runs"][-1]["outcome"] == "INTERRUPTED"
+    assert job["runs"][-1]["billed_characters"] == 0
+    assert provider.total_calls() == 0

@@ -1,0 +1,225 @@
+"""Deployment-wide provider slots and pace: the statements, on both databases."""
+
+from __future__ import annotations
+
+import threading
+import time
+from typing import Any
+
+from sqlalchemy import func, select
+
+from speechbatch.app import Services
+from speechbatch.db import ago as db_ago
+from speechbatch.models import ProviderSlot
+from speechbatch.repositories import UserRecord
+from speechbatch.repositories.slots import SlotGrant
+from tests.helpers import claim, new_job, set_worker
+
+DEAD = 30.0
+HOLD = 300.0
+
+
+def _worker(svc: Services) -> int:
+    with svc.uow_factory() as uow:
+        worker_id = uow.workers.register_worker("test-host", 4242)
+        uow.commit()
+    return worker_id
+
+
+def _running_job(svc: Services, admin: UserRecord) -> tuple[int, int]:
+    job_id = new_job(svc, admin, 1)
+    attempt = claim(svc, admin, job_id)
+    assert attempt is not None
+    return job_id, attempt
+
+
+def _acquire(
+    svc: Services, worker_id: int, job_id: int, attempt: int, cap: int, **kw: Any
+) -> SlotGrant | None:
+    with svc.uow_factory() as uow:
+        grant = uow.slots.acquire_slot(
+            worker_id,
+            job_id,
+            attempt,
+            capacity=cap,
+            worker_dead_seconds=kw.get("dead", DEAD),
+            max_hold_seconds=kw.get("hold", HOLD),
+        )
+        uow.commit()
+    return grant
+
+
+def _release(svc: Services, grant: SlotGrant) -> bool:
+    with svc.uow_factory() as uow:
+        won = uow.slots.release_slot(grant)
+        uow.commit()
+    return won
+
+
+def _in_flight(svc: Services) -> int:
+    with svc.uow_factory(read_only=True) as uow:
+        return uow.slots.slots_in_flight(worker_dead_seconds=DEAD, max_hold_seconds=HOLD)
+
+
+def test_concurrent_acquirers_never_exceed_the_cap(svc: Services, admin: UserRecord) -> None:
+    cap, threads, rounds = 3, 10, 6
+    worker_id = _worker(svc)
+    job_id, attempt = _running_job(svc, admin)
+    lock = threading.Lock()
+    holding = peak = granted = 0
+    errors: list[BaseException] = []
+    start = threading.Barrier(threads)
+
+    def acquirer() -> None:
+        nonlocal holding, peak, granted
+        try:
+            start.wait()
+            for _ in range(rounds):
+                grant = None
+                while grant is None:
+                    grant = _acquire(svc, worker_id, job_id, attempt, cap)
+                    if grant is None:
+                        time.sleep(0.005)
+                with lock:
+                    holding += 1
+                    granted += 1
+                    peak = max(peak, holding)
+                time.sleep(0.01)
+                with lock:
+                    holding -= 1
+                assert _release(svc, grant)
+        except BaseException as exc:
+            errors.append(exc)
+
+    pool = [threading.Thread(target=acquirer) for _ in range(threads)]
+    for t in pool:
+        t.start()
+    for t in pool:
+        t.join(120)
+    assert errors == []
+    assert granted == threads * rounds
+    assert 1 <= peak <= cap
+    assert _in_flight(svc) == 0
+
+
+def test_a_dead_holders_slot_is_reclaimed(svc: Services, admin: UserRecord) -> None:
+    dead_worker, live_worker = _worker(svc), _worker(svc)
+    job_id, attempt = _running_job(svc, admin)
+    first = _acquire(svc, dead_worker, job_id, attempt, 1)
+    assert first is not None
+    assert _acquire(svc, live_worker, job_id, attempt, 1) is None
+    set_worker(svc, dead_worker, heartbeat_at=db_ago(DEAD + 5))  # SIGKILLed: no heartbeat
+    second = _acquire(svc, live_worker, job_id, attempt, 1)
+    assert second is not None
+    assert (second.slot, second.token) == (first.slot, first.token + 1)
+
+
+def test_a_stale_release_changes_nothing(svc: Services, admin: UserRecord) -> None:
+    dead_worker, live_worker = _worker(svc), _worker(svc)
+    job_id, attempt = _running_job(svc, admin)
+    first = _acquire(svc, dead_worker, job_id, attempt, 1)
+    assert first is not None
+    set_worker(svc, dead_worker, heartbeat_at=db_ago(DEAD + 5))
+    second = _acquire(svc, live_worker, job_id, attempt, 1)
+    assert second is not None
+    assert not _release(svc, first)  # the zombie wakes and releases its old grant
+    assert _in_flight(svc) == 1
+    assert _acquire(svc, live_worker, job_id, attempt, 1) is None
+    assert _release(svc, second)
+    assert _in_flight(svc) == 0
+
+
+def test_a_stopped_workers_slot_is_free_at_once(svc: Services, admin: UserRecord) -> None:
+    stopped, other = _worker(svc), _worker(svc)
+    job_id, attempt = _running_job(svc, admin)
+    assert _acquire(svc, stopped, job_id, attempt, 1) is not None
+    with svc.uow_factory() as uow:
+        uow.workers.mark_worker_stopped(stopped)
+        uow.commit()
+    assert _acquire(svc, other, job_id, attempt, 1) is not None
+
+
+def test_a_slot_held_past_any_call_is_reclaimed(svc: Services, admin: UserRecord) -> None:
+    worker_id = _worker(svc)
+    job_id, attempt = _running_job(svc, admin)
+    assert _acquire(svc, worker_id, job_id, attempt, 1, hold=0.2) is not None
+    assert _acquire(svc, worker_id, job_id, attempt, 1, hold=0.2) is None
+    time.sleep(0.3)  # its release was lost (a database outage): the slot comes back
+    assert _acquire(svc, worker_id, job_id, attempt, 1, hold=0.2) is not None
+
+
+def test_a_fenced_run_gets_no_slot(svc: Services, admin: UserRecord) -> None:
+    worker_id = _worker(svc)
+    job_id, attempt = _running_job(svc, admin)
+    assert _acquire(svc, worker_id, job_id, attempt - 1, 4) is None
+    assert _acquire(svc, worker_id, job_id + 1000, 1, 4) is None
+
+
+def test_a_job_holding_its_fair_share_waits_for_the_others(
+    svc: Services, admin: UserRecord
+) -> None:
+    worker_id = _worker(svc)
+    big, big_attempt = _running_job(svc, admin)
+    small, small_attempt = _running_job(svc, admin)
+    # Two running jobs share four slots: two each, whoever asked first.
+    assert _acquire(svc, worker_id, big, big_attempt, 4) is not None
+    assert _acquire(svc, worker_id, big, big_attempt, 4) is not None
+    assert _acquire(svc, worker_id, big, big_attempt, 4) is None
+    assert _acquire(svc, worker_id, small, small_attempt, 4) is not None
+    assert _acquire(svc, worker_id, small, small_attempt, 4) is not None
+    assert _in_flight(svc) == 4
+
+
+def test_a_lone_job_may_take_every_slot(svc: Services, admin: UserRecord) -> None:
+    worker_id = _worker(svc)
+    job_id, attempt = _running_job(svc, admin)
+    grants = [_acquire(svc, worker_id, job_id, attempt, 4) for _ in range(5)]
+    assert [g is not None for g in grants] == [True, True, True, True, False]
+    assert sorted(g.slot for g in grants if g) == [0, 1, 2, 3]
+
+
+def test_the_pace_books_starts_one_interval_apart(svc: Services) -> None:
+    waits = []
+    for _ in range(2):
+        with svc.uow_factory() as uow:
+            waits.append(uow.slots.reserve_start(0.5).wait_seconds)
+            uow.commit()
+    assert waits[0] is not None and waits[0] <= 0.05
+    assert waits[1] is not None and 0.4 <= waits[1] <= 0.55
+    with svc.uow_factory() as uow:  # two intervals ahead: ask again later
+        answer = uow.slots.reserve_start(0.5)
+        uow.commit()
+    assert answer.wait_seconds is None and answer.paused_for_seconds > 0.4
+
+
+def test_a_pause_holds_every_start_back(svc: Services) -> None:
+    with svc.uow_factory() as uow:
+        uow.slots.pause_starts(5.0)
+        uow.commit()
+    with svc.uow_factory() as uow:
+        slots = uow.slots
+        assert 4.5 <= slots.paused_for() <= 5.0
+        answer = slots.reserve_start(0.1)
+        uow.commit()
+    assert answer.wait_seconds is None and answer.paused_for_seconds > 4.5
+
+
+def test_no_pause_by_default(svc: Services) -> None:
+    with svc.uow_factory(read_only=True) as uow:
+        assert uow.slots.paused_for() == 0.0
+
+
+def test_slot_rows_are_kept_per_number(svc: Services, admin: UserRecord) -> None:
+    """Releases keep the row (re-granted with a new token), so the table stays small."""
+    worker_id = _worker(svc)
+    job_id, attempt = _running_job(svc, admin)
+    tokens = []
+    for _ in range(5):
+        grant = _acquire(svc, worker_id, job_id, attempt, 1)
+        assert grant is not None and grant.slot == 0
+        tokens.append(grant.token)
+        assert _release(svc, grant)
+    with svc.uow_factory(read_only=True) as uow:
+        rows = uow.session.execute(select(func.count()).select_from(ProviderSlot)).scalar_one()
+    assert rows == 1
+    assert tokens == [1, 2, 3, 4, 5]
