@@ -85,6 +85,8 @@ class _Run:
     regenerate: bool = False
     # Set (with the message) when the budget could not pay for the next call.
     over_budget: str | None = None
+    # A thread stopped (draining) with items of its group still to do.
+    left_items: bool = False
     # time.monotonic() taken just before the run's last fenced write that won (any thread).
     fenced_at: float = float("-inf")
     fenced: threading.Event = field(default_factory=threading.Event)
@@ -210,7 +212,7 @@ class Runner:
                     "run fenced: declared dead or superseded, stopped job=%s attempt=%s",
                     run.job_id, run.attempt,
                 )  # fmt: skip
-            elif self.draining and not work.empty():
+            elif self.draining and (run.left_items or not work.empty()):
                 self._interrupt(run)
             else:
                 status = self._tx(
@@ -262,6 +264,7 @@ class Runner:
         source: int | None = None
         for item_id, text in group.items:
             if self._stopping(run):
+                run.left_items = True
                 return
             if source is None:
                 if self._process_item(run, item_id, text, group.fingerprint):
