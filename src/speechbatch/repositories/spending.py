@@ -134,7 +134,15 @@ class SpendingRepository:
     def refund_characters(
         self, organization_id: int, job_id: int, attempt: int, characters: int
     ) -> None:
-        """Take back one reserved call that was never sent (from the month and the run)."""
+        """Take back one reserved call that was never sent (from the month and the run).
+
+        Rows are locked in the order of an item's start (the job, then the month, then the
+        run), so a refund and another thread's start cannot deadlock on PostgreSQL.
+        """
+        # The run history changed: the job's ETag must too.
+        self.session.execute(
+            update(jobs).where(jobs.c.id == job_id).values(version=jobs.c.version + 1)
+        )
         self.session.execute(
             update(usage_months)
             .where(
@@ -153,10 +161,6 @@ class SpendingRepository:
                 billed_characters=runs.c.billed_characters - characters,
                 provider_calls=runs.c.provider_calls - 1,
             )
-        )
-        # The run history changed: the job's ETag must too.
-        self.session.execute(
-            update(jobs).where(jobs.c.id == job_id).values(version=jobs.c.version + 1)
         )
 
     def usage(self, organization_id: int) -> Usage:
