@@ -135,6 +135,12 @@ class SpendingRepository:
         self, organization_id: int, job_id: int, attempt: int, characters: int
     ) -> None:
         """Take back one reserved call that was never sent (from the month and the run)."""
+        # The run history changes: the job's ETag must too. The job row first, as in an
+        # item's start (fence, then the month, then the run): the same lock order, so a
+        # refund and a start cannot deadlock.
+        self.session.execute(
+            update(jobs).where(jobs.c.id == job_id).values(version=jobs.c.version + 1)
+        )
         self.session.execute(
             update(usage_months)
             .where(
@@ -153,10 +159,6 @@ class SpendingRepository:
                 billed_characters=runs.c.billed_characters - characters,
                 provider_calls=runs.c.provider_calls - 1,
             )
-        )
-        # The run history changed: the job's ETag must too.
-        self.session.execute(
-            update(jobs).where(jobs.c.id == job_id).values(version=jobs.c.version + 1)
         )
 
     def usage(self, organization_id: int) -> Usage:
