@@ -87,8 +87,9 @@ class _Run:
     regenerate: bool = False
     # Set (with the message) when the budget could not pay for the next call.
     over_budget: str | None = None
-    # An item went back to PENDING unsent because the run began to stop while it waited.
-    unsent: bool = False
+    # A thread stopped (draining) with items of its group still to do, or an item went
+    # back to PENDING unsent because the run began to stop while it waited for a slot.
+    left_items: bool = False
     # time.monotonic() taken just before the run's last fenced write that won (any thread).
     fenced_at: float = float("-inf")
     fenced: threading.Event = field(default_factory=threading.Event)
@@ -228,7 +229,7 @@ class Runner:
                     "run fenced: declared dead or superseded, stopped job=%s attempt=%s",
                     run.job_id, run.attempt,
                 )  # fmt: skip
-            elif self.draining and (run.unsent or not work.empty()):
+            elif self.draining and (run.left_items or not work.empty()):
                 self._interrupt(run)
             else:
                 status = self._tx(
@@ -280,6 +281,7 @@ class Runner:
         source: int | None = None
         for item_id, text in group.items:
             if self._stopping(run):
+                run.left_items = True
                 return
             if source is None:
                 if self._process_item(run, item_id, text, group.fingerprint):
@@ -488,7 +490,7 @@ class Runner:
         except CallNotStarted:
             # The run began to stop (drain, cancel) while this item waited for a slot or
             # the pace: it goes back to PENDING unsent, for the next run.
-            run.unsent = True
+            run.left_items = True
             if not self._tx(lambda uow: uow.runs.return_item(run.job_id, run.attempt, item_id)):
                 raise Fenced() from None
             return False

@@ -407,6 +407,11 @@ class Database:
             (job_id,),
         )
 
+    def ledger(self) -> int:
+        """Characters billed in the ledger, every organization and month."""
+        rows = self._rows("SELECT coalesce(sum(billed_characters), 0) AS n FROM usage_months", ())
+        return int(rows[0]["n"])
+
     def jobs_health(self, job_ids: list[int]) -> list[dict[str, Any]]:
         """Per job: status, attempt, run rows, RUNNING runs, GENERATING items, and the job's
         progress counters next to its items counted per status."""
@@ -424,6 +429,27 @@ class Database:
             " FROM jobs j WHERE j.id = ANY(%s) ORDER BY j.id",
             (job_ids,),
         )
+
+
+def received_characters(fake: ChaosFakeProvider) -> int:
+    """Characters the fake provider received, every call counted (what it would bill)."""
+    return sum(len(text) * n for text, n in fake.counts().items())
+
+
+def check_ledger(
+    checks: Checks, db: Database, fake: ChaosFakeProvider, before: tuple[int, int]
+) -> None:
+    """The ledger grew by exactly what the provider received since ``before``
+    (``billing_marks``): every call is recorded before it is sent, and a call that was
+    not sent after all was given back."""
+    ledger, received = billing_marks(db, fake)
+    delta = (ledger - before[0], received - before[1])
+    checks.check("ledger == characters the provider received", delta[0] == delta[1], delta)
+
+
+def billing_marks(db: Database, fake: ChaosFakeProvider) -> tuple[int, int]:
+    """(characters in the ledger, characters the provider received) now."""
+    return db.ledger(), received_characters(fake)
 
 
 def check_jobs_health(checks: Checks, db: Database, job_ids: list[int]) -> None:

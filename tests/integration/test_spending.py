@@ -401,3 +401,18 @@ def test_usage_page_shows_the_ledger_against_the_budget(
     spending.set_budget(svc.uow_factory, "acme", 1000)
     page = text_of(client.get("/usage"))
     assert "12</strong> characters billed" in page and "988</strong> left" in page
+
+
+def test_graceful_stop_between_duplicates_interrupts_the_run(
+    svc: Services, admin: UserRecord
+) -> None:
+    provider = GatedProvider({"Same words"})
+    svc.runner.provider = provider
+    job_id = job_of(svc, admin, ["Same words", "Same words"])
+    start_generation(svc.uow_factory, svc.settings, svc.runner, admin, job_id)
+    wait_for(lambda: provider.in_flight == 1)
+    svc.runner.stop_starting_items()  # SIGTERM: the duplicate is not started
+    provider.release.set()
+    job = finished(svc, admin, job_id)
+    assert statuses(job) == ["DONE", "PENDING"]
+    assert job["runs"][-1]["outcome"] == "INTERRUPTED"
