@@ -87,8 +87,8 @@ class _Run:
     regenerate: bool = False
     # Set (with the message) when the budget could not pay for the next call.
     over_budget: str | None = None
-    # The run stopped (draining) with items still to do: the rest of a thread's group, or
-    # an item that went back to PENDING unsent while it waited for a slot.
+    # A thread stopped (draining) with items of its group still to do, or an item went
+    # back to PENDING unsent because the run began to stop while it waited for a slot.
     left_items: bool = False
     # time.monotonic() taken just before the run's last fenced write that won (any thread).
     fenced_at: float = float("-inf")

@@ -117,8 +117,6 @@ class ProviderGate:
         """Wait until this call may start: the deployment's pace (RPM) and any 429 pause."""
         rpm = self.settings.provider_rpm
         while True:
-            if stopping():
-                raise CallNotStarted()
             if rpm > 0:
                 answer = self._tx(lambda slots: slots.reserve_start(60.0 / rpm))
                 wait = answer.wait_seconds
@@ -132,6 +130,8 @@ class ProviderGate:
                 left = self._pause_left()
                 if left <= 0:
                     return
+            if stopping():
+                raise CallNotStarted()
             waiting.set("pace")
             _sleep(min(left, 1.0), stopping)
 
@@ -168,12 +168,14 @@ class ProviderGate:
             self._heads[holder.job_id] = (head, users + 1)
         try:
             while True:
-                self._check(holder)
+                holder.keep_fence()
                 if head.acquire(timeout=MAX_POLL_SECONDS):
                     try:
                         return self._poll(holder, waiting)
                     finally:
                         head.release()
+                if holder.stopping():
+                    raise CallNotStarted()
                 waiting.set("slot")
         finally:
             with self._heads_guard:
@@ -183,19 +185,18 @@ class ProviderGate:
                 else:
                     self._heads[holder.job_id] = (head, users - 1)
 
-    def _check(self, holder: Holder) -> None:
-        if holder.stopping():
-            raise CallNotStarted()
-        holder.keep_fence()
-
     def _poll(self, holder: Holder, waiting: _Waiting) -> SlotGrant:
         """As the job's poller: ask until granted; a local release wakes it at once."""
         delay = 0.005
         while True:
-            self._check(holder)
+            holder.keep_fence()
             grant = self._try_acquire(holder.job_id, holder.attempt)
             if grant is not None:
                 return grant
+            # A stop ends only a real wait: a started item whose slot is free is sent
+            # (a graceful stop lets in-flight items finish).
+            if holder.stopping():
+                raise CallNotStarted()
             waiting.set("slot")
             with self._released:
                 self._released.wait(delay)

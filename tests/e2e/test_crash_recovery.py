@@ -147,7 +147,13 @@ def assert_unchanged_by_zombie(api: ApiClient, job_id: int, final: Job) -> None:
     """The job reads as ``final`` (attempt 2, COMPLETED): the thawed zombie changed nothing."""
     after = api.get_job(job_id)
     assert (after["status"], after["attempt"]) == ("COMPLETED", 2), summary(after)
-    assert after["runs"] == final["runs"], (after["runs"], final["runs"])
+    billing = ("billed_characters", "provider_calls")
+    assert [{k: v for k, v in r.items() if k not in billing} for r in after["runs"]] == [
+        {k: v for k, v in r.items() if k not in billing} for r in final["runs"]
+    ], (after["runs"], final["runs"])
+    # Its one possible write: giving back the reservation of a call it never sent.
+    for now, was in zip(after["runs"], final["runs"], strict=True):
+        assert now["billed_characters"] <= was["billed_characters"], (now, was)
     items_before = {i["id"]: i for i in final["items"]}
     for item in after["items"]:
         was = items_before[item["id"]]

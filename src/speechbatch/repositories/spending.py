@@ -134,12 +134,10 @@ class SpendingRepository:
     def refund_characters(
         self, organization_id: int, job_id: int, attempt: int, characters: int
     ) -> None:
-        """Take back one reserved call that was never sent (from the month and the run).
-
-        Rows are locked in the order of an item's start (the job, then the month, then the
-        run), so a refund and another thread's start cannot deadlock on PostgreSQL.
-        """
-        # The run history changed: the job's ETag must too.
+        """Take back one reserved call that was never sent (from the month and the run)."""
+        # The run history changes: the job's ETag must too. The job row first, as in an
+        # item's start (fence, then the month, then the run): the same lock order, so a
+        # refund and a start cannot deadlock.
         self.session.execute(
             update(jobs).where(jobs.c.id == job_id).values(version=jobs.c.version + 1)
         )
