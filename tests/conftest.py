@@ -133,6 +133,9 @@ def app(settings: Settings, provider: FakeProvider) -> Iterator[Flask]:
     yield app
     services(app).runner.drain(5.0)
     services(app).engine.dispose()
+    statement_engine = services(app).statement_engine
+    if statement_engine is not None:
+        statement_engine.dispose()
 
 
 def services(app: Flask) -> Services:
