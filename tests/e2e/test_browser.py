@@ -411,6 +411,16 @@ def test_long_job_pages_filters_and_polls_conditionally(
     fake.latency = 4.0
     page.click("#btn-generate")
     expect(page.locator(".flash-ok")).to_contain_text("Generation started (run 1)")
+
+    # A filtered page follows its items: those in flight now, then the next ones, in place.
+    page.goto(f"/jobs/{job_id}?status=GENERATING")
+    page.evaluate("window.__marker = 'filtered'")
+    expect(rows).to_have_count(4)  # ITEM_CONCURRENCY
+    expect(rows.first.locator("td").first).to_have_text("1")
+    expect(rows.first.locator("td").first).not_to_have_text("1", timeout=15_000)
+    expect(rows.locator(".badge-generating")).to_have_count(4)
+    assert page.evaluate("window.__marker") == "filtered"
+
     page.goto(f"/jobs/{job_id}?page=2")
     polls = record_polls(page)
     page.evaluate("window.__marker = 'still here'")

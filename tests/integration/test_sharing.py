@@ -14,7 +14,7 @@ from speechbatch.repositories import UserRecord
 from speechbatch.repositories.slots import SlotGrant
 from speechbatch.services import create_job, get_job, start_generation
 from speechbatch.spending import cancel_generation
-from tests.conftest import services, with_settings
+from tests.conftest import close_services, services, with_settings
 from tests.fakes import FakeProvider, rate_limited
 from tests.helpers import LIMITS, claim, new_job, view, wait_for
 from tests.integration.test_pages import sign_in
@@ -29,8 +29,7 @@ def two_processes(settings: Settings) -> Iterator[tuple[Services, Services, Fake
     apps = [services(create_app(shared, provider=provider)) for _ in range(2)]
     yield apps[0], apps[1], provider
     for svc in apps:
-        svc.runner.drain(5)
-        svc.engine.dispose()
+        close_services(svc)
 
 
 def _done(svc: Services, user: UserRecord, job_id: int) -> bool:
@@ -178,5 +177,4 @@ def test_the_job_page_says_items_wait_for_a_slot(
         page = client.get(f"/jobs/{job_id}").get_data(as_text=True)
         assert "1 waiting for a provider slot (shared by every job)" in page
     finally:
-        svc.runner.drain(5)
-        svc.engine.dispose()
+        close_services(svc)

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Protocol
 
-from sqlalchemy import ColumnElement, func, insert, select
+from sqlalchemy import BindParameter, ColumnElement, func, insert, select
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
@@ -95,7 +95,11 @@ class UsersRepository:
     def get_user_by_token(self, token_hash: str) -> UserRecord | None:
         """Find the user that owns a token hash."""
         return self._user_where(
-            users.c.id.in_(
-                select(api_tokens.c.user_id).where(api_tokens.c.token_hash == token_hash)
-            )
+            users.c.id.in_(select(api_tokens.c.user_id).where(token_accepted(token_hash)))
         )
+
+
+def token_accepted(token_hash: str | BindParameter[str]) -> ColumnElement[bool]:
+    """The condition on ``api_tokens`` under which a token authenticates: the one place
+    every token lookup (including the poll's single statement) takes it from."""
+    return api_tokens.c.token_hash == token_hash
