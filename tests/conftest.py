@@ -131,8 +131,7 @@ def app(settings: Settings, provider: FakeProvider) -> Iterator[Flask]:
     app = create_app(settings, provider=provider)
     app.config["TESTING"] = True
     yield app
-    services(app).runner.drain(5.0)
-    services(app).engine.dispose()
+    close_services(services(app))
 
 
 @pytest.fixture
@@ -148,8 +147,15 @@ def make_svc(settings: Settings, provider: FakeProvider) -> Iterator[Callable[..
 
     yield make
     for svc in built:
-        svc.runner.drain(5)
-        svc.engine.dispose()
+        close_services(svc)
+
+
+def close_services(svc: Services) -> None:
+    """Drain the app's runner and close both its engines (no connection left to GC)."""
+    svc.runner.drain(5.0)
+    svc.engine.dispose()
+    if svc.statement_engine is not None:
+        svc.statement_engine.dispose()
 
 
 def services(app: Flask) -> Services:

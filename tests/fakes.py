@@ -13,7 +13,7 @@ from typing import Any, Literal, overload
 
 from speechbatch.locks import ExportRepository, LockRepository
 from speechbatch.providers.base import PermanentProviderError, RetryableProviderError
-from speechbatch.read import JobHead, ListStamp
+from speechbatch.read import ItemsPage, JobHead, JobPoll, ListStamp
 from speechbatch.repositories import SignInRepository, StaleJob, TokenRepository, UserRecord
 from speechbatch.repositories.spending import Usage
 
@@ -176,9 +176,35 @@ class FakeRepository:
         return JobHead(
             id=job_id, version=1, status="PENDING", attempt=0, counts=counts,
             needs_recovery=any(s.job_id == job_id for s in self.stale), worker=None,
-            worker_heartbeat_at=None, last_progress_at=datetime(2026, 1, 1, tzinfo=UTC),
+            last_progress_at=datetime(2026, 1, 1, tzinfo=UTC),
             reclaim_count=0,
         )  # fmt: skip
+
+    def poll_job(
+        self,
+        job_id: int,
+        *,
+        token_hash: str | None = None,
+        organization_id: int | None = None,
+        with_items: bool = True,
+        page: ItemsPage | None = None,
+        seen_version: int | None = None,
+        lease_seconds: float,
+        worker_dead_seconds: float,
+    ) -> JobPoll | None:
+        if token_hash is not None:
+            return None  # the fake knows no tokens
+        assert organization_id is not None
+        head = self.job_head(job_id, organization_id)
+        if head is None or head.version == seen_version:
+            return JobPoll(None, head, None)
+        if page is None:
+            document = self.job_json(job_id, with_items=with_items)
+        else:
+            document = self.items_json(
+                job_id, status=page.status, offset=page.offset, limit=page.limit
+            )
+        return JobPoll(None, head, document)
 
     def job_json(self, job_id: int, *, with_items: bool) -> str:
         self.documents_built += 1
@@ -278,6 +304,9 @@ class FakeUowFactory:
     @overload
     def __call__(self, *, read_only: Literal[True]) -> FakeUnitOfWork: ...
     def __call__(self, *, read_only: bool = False) -> FakeUnitOfWork:
+        return self.uow
+
+    def statement_reader(self) -> FakeUnitOfWork:
         return self.uow
 
 

@@ -17,6 +17,7 @@ from werkzeug.security import check_password_hash
 
 from .errors import NotFound, TooManySignIns, ValidationError
 from .repositories import TokenOwner, TokenRecord, UserRecord
+from .repositories.tokens import LAST_USE_RESOLUTION_SECONDS
 from .uow import ReadScope, UowFactory
 
 log = logging.getLogger(__name__)
@@ -25,8 +26,6 @@ TOKEN_PREFIX = "sb_"
 # What a person sees of a token to recognise it: "sb_" and 8 of its random characters.
 SHOWN_PREFIX_LENGTH = len(TOKEN_PREFIX) + 8
 MAX_TOKEN_NAME = 100
-# A token's last use is written at most once a minute, not on every request.
-LAST_USE_RESOLUTION_SECONDS = 60.0
 SIGN_IN_LIMIT = 5
 SIGN_IN_WINDOW_SECONDS = 15 * 60.0
 
@@ -120,12 +119,13 @@ def authenticate_token(
             owner = uow.tokens.owner_of_live(token_hash, LAST_USE_RESOLUTION_SECONDS)
     if owner is None:
         return None
-    if owner.last_use_is_stale and _note_use(uow_factory, owner.token_id) and reads is not None:
+    wrote = owner.last_use_is_stale and note_token_use(uow_factory, owner.token_id)
+    if wrote and reads is not None:
         reads.restart()  # the rest of the request reads what was just written
     return UserRecord(owner.user_id, owner.organization_id, owner.email, owner.password_hash)
 
 
-def _note_use(uow_factory: UowFactory, token_id: int) -> bool:
+def note_token_use(uow_factory: UowFactory, token_id: int) -> bool:
     """Write a token's last use in its own short writer (the lookup's reader cannot write);
     whether this call wrote it.
 

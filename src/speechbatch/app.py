@@ -46,6 +46,8 @@ class Services:
     provider: TTSProvider
     storage: LocalStorage
     runner: Runner
+    # The engine of one-statement reads (autocommit, read-only sessions): the common poll.
+    statement_engine: Engine | None = None
 
     @property
     def limits(self) -> Limits:
@@ -81,8 +83,8 @@ def create_app(settings: Settings | None = None, *, provider: TTSProvider | None
     )
     engine = make_engine(settings.database_url)
     session_factory = make_session_factory(engine)
-
-    uow_factory = SessionUowFactory(session_factory)
+    statement_engine = make_engine(settings.database_url, statement_reads=True)
+    uow_factory = SessionUowFactory(session_factory, make_session_factory(statement_engine))
     provider = provider or build_provider(settings)
     storage = LocalStorage(settings.storage_dir)
     runner = Runner(uow_factory, provider, storage, settings)
@@ -96,6 +98,7 @@ def create_app(settings: Settings | None = None, *, provider: TTSProvider | None
         provider=provider,
         storage=storage,
         runner=runner,
+        statement_engine=statement_engine,
     )
     # Ids are BIGINTs: a larger number in a URL is a 404, not an overflow in the driver.
     app.url_map.converters["int"] = DatabaseId

@@ -118,8 +118,14 @@ def later(seconds: float) -> ColumnElement[datetime]:
     return db_now_plus(literal(float(seconds)))
 
 
-def make_engine(url: str, *, pool: bool = True) -> Engine:
-    """Create the engine with the per-backend session safety settings."""
+def make_engine(url: str, *, pool: bool = True, statement_reads: bool = False) -> Engine:
+    """Create the engine with the per-backend session safety settings.
+
+    ``statement_reads=True`` makes an engine for reads of one statement each: no BEGIN is
+    sent (autocommit; one statement is one snapshot on both databases) and every session
+    of its connections is read only (PostgreSQL's ``default_transaction_read_only``,
+    SQLite's ``PRAGMA query_only``), so a write through it fails in the database.
+    """
     kwargs: dict[str, Any] = {}
     if url.startswith("sqlite"):
         kwargs["connect_args"] = {
@@ -127,9 +133,13 @@ def make_engine(url: str, *, pool: bool = True) -> Engine:
             "timeout": SQLITE_BUSY_TIMEOUT_MS / 1000,
         }
         engine = create_engine(url, **kwargs)
-        _make_sqlite_immediate(engine)
+        _make_sqlite_immediate(engine, statement_reads=statement_reads)
         return engine
-    kwargs["connect_args"] = {"options": PG_SESSION_OPTIONS}
+    options = PG_SESSION_OPTIONS
+    if statement_reads:
+        options += " -c default_transaction_read_only=on"
+        kwargs["isolation_level"] = "AUTOCOMMIT"
+    kwargs["connect_args"] = {"options": options}
     kwargs["pool_pre_ping"] = True
     if pool:
         kwargs.update(pool_size=10, max_overflow=20, pool_timeout=10)
@@ -138,7 +148,7 @@ def make_engine(url: str, *, pool: bool = True) -> Engine:
     return create_engine(url, **kwargs)
 
 
-def _make_sqlite_immediate(engine: Engine) -> None:
+def _make_sqlite_immediate(engine: Engine, *, statement_reads: bool = False) -> None:
     """Make every SQLite transaction take the write lock at BEGIN.
 
     In WAL mode a transaction that reads and then writes fails at once with "database
@@ -155,7 +165,14 @@ def _make_sqlite_immediate(engine: Engine) -> None:
         cursor.execute(f"PRAGMA busy_timeout={SQLITE_BUSY_TIMEOUT_MS}")
         cursor.execute("PRAGMA foreign_keys=ON")
         cursor.execute("PRAGMA synchronous=NORMAL")
+        if statement_reads:
+            # No BEGIN is ever sent on these connections (see the begin event below): each
+            # statement is its own read transaction, and none may write.
+            cursor.execute("PRAGMA query_only=1")
         cursor.close()
+
+    if statement_reads:
+        return
 
     @event.listens_for(engine, "begin")
     def _begin(conn: Any) -> None:

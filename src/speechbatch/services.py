@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any, Protocol
@@ -13,12 +13,22 @@ from sqlalchemy.exc import OperationalError
 from werkzeug.security import generate_password_hash
 
 from . import metrics
-from .accounts import create_token  # noqa: F401  (re-exported: tests and scripts import it here)
+from .accounts import (
+    create_token,  # noqa: F401  (re-exported: tests and scripts import it here)
+    hash_token,
+    note_token_use,
+)
 from .config import Settings
-from .errors import AlreadyGenerating, NotFound, NothingToGenerate, ValidationError
+from .errors import (
+    AlreadyGenerating,
+    NotFound,
+    NothingToGenerate,
+    Unauthorized,
+    ValidationError,
+)
 from .models import JobStatus
 from .providers.base import TTSProvider
-from .read import ITEM_STATUSES, JOB_STATUSES, JobHead, Views
+from .read import ITEM_STATUSES, JOB_STATUSES, ItemsPage, JobHead, JobPoll, Views, seen_version
 from .repositories import UserRecord
 from .spending import check_budget
 from .uow import ReadScope, UowFactory, WriteUnit
@@ -241,83 +251,129 @@ def never_seen(etag: str) -> bool:
     return False
 
 
-def _job_head(
-    reads: ReadScope, uow_factory: UowFactory, settings: Settings, user: UserRecord, job_id: int
-) -> JobHead:
-    """The job's head after lease-expiry recovery: one statement in the common case.
+@dataclass(frozen=True)
+class Bearer:
+    """A bearer token not looked up yet: a poll's one statement authenticates it."""
+
+    token: str
+
+
+AUTHENTICATION_REQUIRED = "a valid bearer token or a signed-in session is required"
+
+
+def _poll(
+    reads: ReadScope,
+    uow_factory: UowFactory,
+    settings: Settings,
+    who: UserRecord | Bearer,
+    job_id: int,
+    *,
+    variant: str,
+    seen_etags: Iterable[str],
+    with_items: bool = True,
+    page: ItemsPage | None = None,
+) -> JobPoll:
+    """The job's head after lease-expiry recovery and its document, unless the client's
+    ETags name this version (of ``variant``): ONE statement in the common case, which
+    also authenticates a bearer token (Unauthorized when it is unknown).
 
     Only a job that looks dead (or has orphan items) pays for the recovery pass, through
-    writers, and is read again in a fresh read transaction.
+    writers, and is polled again.
     """
-    head = reads.reader().views.job_head(
-        job_id,
-        user.organization_id,
-        lease_seconds=settings.lease_seconds,
-        worker_dead_seconds=settings.worker_dead_seconds,
-    )
-    if head is not None and head.needs_recovery:
+    seen = seen_version(seen_etags, job_id, variant)
+
+    def once() -> JobPoll:
+        poll = reads.statement().views.poll_job(
+            job_id,
+            token_hash=hash_token(who.token) if isinstance(who, Bearer) else None,
+            organization_id=None if isinstance(who, Bearer) else who.organization_id,
+            with_items=with_items,
+            page=page,
+            seen_version=seen,
+            lease_seconds=settings.lease_seconds,
+            worker_dead_seconds=settings.worker_dead_seconds,
+        )
+        if poll is None:
+            raise Unauthorized(AUTHENTICATION_REQUIRED)
+        return poll
+
+    poll = once()
+    if poll.head is not None and poll.head.needs_recovery:
+        user = poll.user or who
+        assert isinstance(user, UserRecord)
         reads.close()
         recover_stale(uow_factory, settings, organization_id=user.organization_id, job_id=job_id)
-        head = reads.reader().views.job_head(job_id, user.organization_id)
-    if head is None:
+        poll = once()
+    if poll.token_use_due is not None:
+        note_token_use(uow_factory, poll.token_use_due)
+    if poll.head is None:
         raise NotFound("job not found")
-    return head
+    return poll
 
 
 def lease_of(head: JobHead, settings: Settings) -> dict[str, Any]:
-    """The live run's lease, and when it would be declared dead (database timestamps)."""
+    """The live run's lease: its worker, and when it expires without progress (database
+    timestamps). Nothing here moves with the worker's heartbeats, so a heartbeat does
+    not change the answer (nor its ETag); a worker that stops beating for
+    ``worker_dead_seconds`` has its job recovered, which does."""
     live = head.status == JobStatus.GENERATING
-    beat = head.worker_heartbeat_at if live else None
-    lease: dict[str, Any] = {
+    expires = head.last_progress_at + timedelta(seconds=settings.lease_seconds)
+    return {
         "worker": head.worker,
-        "worker_heartbeat_at": beat.isoformat() if beat else None,
         "last_progress_at": head.last_progress_at.isoformat(),
         "reclaim_count": head.reclaim_count,
         "lease_seconds": settings.lease_seconds,
         "worker_dead_seconds": settings.worker_dead_seconds,
-        "expires_at": None,
-        "worker_expires_at": None,
+        "expires_at": expires.isoformat() if live else None,
         # Items waiting for a deployment-wide provider slot or the pace (see slots.py).
         "waiting_for_slot": head.waiting_for_slot if live else 0,
         "waiting_for_pace": head.waiting_for_pace if live else 0,
     }
-    if live:
-        expires = head.last_progress_at + timedelta(seconds=settings.lease_seconds)
-        lease["expires_at"] = expires.isoformat()
-        if beat is not None:
-            lease["worker_expires_at"] = (
-                beat + timedelta(seconds=settings.worker_dead_seconds)
-            ).isoformat()
-    return lease
+
+
+def _with_lease(document: str, head: JobHead, settings: Settings) -> str:
+    """The job's JSON (built by the database) with the lease spliced in."""
+    return f'{document[:-1]}, "lease": {json.dumps(lease_of(head, settings))}}}'
 
 
 def _job_document(views: Views, head: JobHead, settings: Settings, *, with_items: bool) -> str:
-    """The job's JSON (built by the database) with the lease spliced in."""
-    document = views.job_json(head.id, with_items=with_items)
-    return f'{document[:-1]}, "lease": {json.dumps(lease_of(head, settings))}}}'
+    """The job's JSON, read now, with the lease spliced in."""
+    return _with_lease(views.job_json(head.id, with_items=with_items), head, settings)
 
 
 def read_job(
     reads: ReadScope,
     uow_factory: UowFactory,
     settings: Settings,
-    user: UserRecord,
+    user: UserRecord | Bearer,
     job_id: int,
     *,
     with_items: bool = True,
     if_none_match: Callable[[str], bool] = never_seen,
+    seen_etags: Iterable[str] = (),
 ) -> Conditional:
     """One job as the API shows it, after lease-expiry recovery, as a conditional read.
 
-    ``with_items=False`` leaves the items out (``?items=none``). When ``if_none_match``
-    accepts the ETag, nothing but the job's head is read.
+    ``with_items=False`` leaves the items out (``?items=none``). ``user`` may be a
+    ``Bearer`` token, authenticated by the same statement. ``seen_etags`` (the client's
+    If-None-Match) lets the database skip building an answer the client has; when
+    ``if_none_match`` accepts the ETag, the answer is a 304.
     """
-    head = _job_head(reads, uow_factory, settings, user, job_id)
-    etag = head.etag("" if with_items else "-n")
+    variant = "" if with_items else "-n"
+    poll = _poll(
+        reads, uow_factory, settings, user, job_id,
+        variant=variant, seen_etags=seen_etags, with_items=with_items,
+    )  # fmt: skip
+    head = poll.head
+    assert head is not None
+    etag = head.etag(variant)
     if if_none_match(etag):
         return Conditional(etag, None)
-    views = reads.reader().views
-    return Conditional(etag, _job_document(views, head, settings, with_items=with_items))
+    if poll.document is None:  # the client named this version but does not match it
+        return Conditional(
+            etag, _job_document(reads.statement().views, head, settings, with_items=with_items)
+        )
+    return Conditional(etag, _with_lease(poll.document, head, settings))
 
 
 MAX_ITEMS_PAGE = 1000
@@ -343,13 +399,14 @@ def read_job_items(
     reads: ReadScope,
     uow_factory: UowFactory,
     settings: Settings,
-    user: UserRecord,
+    user: UserRecord | Bearer,
     job_id: int,
     *,
     status: str | None = None,
     offset: int | None = None,
     limit: int | None = None,
     if_none_match: Callable[[str], bool] = never_seen,
+    seen_etags: Iterable[str] = (),
 ) -> Conditional:
     """A page of a job's items in position order with their ``total`` (of that status),
     after recovery, as a conditional read: ``{"items": [...], "total": int}``."""
@@ -357,13 +414,22 @@ def read_job_items(
         raise ValidationError("status must be PENDING, GENERATING, DONE or ERROR", field="status")
     offset = _bounded("offset", offset, 0, 0, None)
     limit = _bounded("limit", limit, DEFAULT_ITEMS_PAGE, 1, MAX_ITEMS_PAGE)
-    head = _job_head(reads, uow_factory, settings, user, job_id)
-    etag = head.etag(f"-i{status or ''}-{offset}-{limit}")
+    variant = f"-i{status or ''}-{offset}-{limit}"
+    wanted = ItemsPage(status, min(offset, MAX_OFFSET), limit)
+    poll = _poll(
+        reads, uow_factory, settings, user, job_id,
+        variant=variant, seen_etags=seen_etags, page=wanted,
+    )  # fmt: skip
+    head = poll.head
+    assert head is not None
+    etag = head.etag(variant)
     if if_none_match(etag):
         return Conditional(etag, None)
-    page = reads.reader().views.items_json(
-        head.id, status=status, offset=min(offset, MAX_OFFSET), limit=limit
-    )
+    page = poll.document
+    if page is None:  # the client named this version but does not match it
+        page = reads.statement().views.items_json(
+            head.id, status=status, offset=wanted.offset, limit=limit
+        )
     total = head.total if status is None else head.counts[status]
     return Conditional(etag, f'{{"items": {page}, "total": {total}}}')
 

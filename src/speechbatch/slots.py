@@ -296,7 +296,10 @@ class _SlotProvider:
             return self._inner.synthesize(text, voice)
         except RetryableProviderError as exc:
             if exc.status == 429 and exc.retry_after:
-                self._holder._gate.pause(exc.retry_after)
+                # Capped at the call timeout, the longest wait an item accepts: a longer
+                # one fails that item as rate-limited and must not stall every other job.
+                gate = self._holder._gate
+                gate.pause(min(exc.retry_after, gate.settings.tts_timeout_seconds))
             raise
         finally:
             self._holder.release()

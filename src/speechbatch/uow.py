@@ -5,6 +5,10 @@ only) ``commit()`` was called. The reader is enforced by the database: PostgreSQ
 runs its transaction READ ONLY (psycopg begins it with ``BEGIN READ ONLY``), SQLite
 runs it under ``PRAGMA query_only`` (set at each BEGIN, so a pooled connection never
 carries it into a writer). Both expose one small repository per concept.
+
+A statement reader serves a read of ONE statement (the common poll) without the BEGIN
+round trip: its engine runs in autocommit (one statement is one snapshot) and its
+connections' sessions are read only, so the database still refuses its writes.
 """
 
 from __future__ import annotations
@@ -123,6 +127,14 @@ class Reader(_Unit):
         return self
 
 
+class StatementReader(_Unit):
+    """A reader for single statements: no BEGIN, on read-only connections (see above)."""
+
+    def __enter__(self) -> StatementReader:
+        self._open()
+        return self
+
+
 class Writer(_Unit):
     """A short writing transaction: ``with uow_factory() as uow: ...; uow.commit()``."""
 
@@ -151,12 +163,22 @@ class UowFactory(Protocol):
     @overload
     def __call__(self, *, read_only: Literal[True]) -> ReadUnit: ...
 
+    def statement_reader(self) -> ReadUnit:
+        """A reader for one statement at a time (each its own snapshot)."""
+        ...
+
 
 class SessionUowFactory:
-    """The app's unit-of-work factory over one session factory (one engine)."""
+    """The app's unit-of-work factory over one session factory (one engine), and the
+    statement readers' (``statement_factory``, an engine made with ``statement_reads``)."""
 
-    def __init__(self, session_factory: sessionmaker[Any]) -> None:
+    def __init__(
+        self,
+        session_factory: sessionmaker[Any],
+        statement_factory: sessionmaker[Any] | None = None,
+    ) -> None:
         self.session_factory = session_factory
+        self.statement_factory = statement_factory
 
     @overload
     def __call__(self, *, read_only: Literal[False] = ...) -> Writer: ...
@@ -166,6 +188,12 @@ class SessionUowFactory:
         if read_only:
             return Reader(self.session_factory)
         return Writer(self.session_factory)
+
+    def statement_reader(self) -> ReadUnit:
+        """A statement reader; without a statement engine, an ordinary reader."""
+        if self.statement_factory is None:
+            return Reader(self.session_factory)
+        return StatementReader(self.statement_factory)
 
 
 class ReadScope:
@@ -178,6 +206,13 @@ class ReadScope:
     def __init__(self, uow_factory: UowFactory) -> None:
         self._uow_factory = uow_factory
         self._reader: ReadUnit | None = None
+        self._statements: ReadUnit | None = None
+
+    def statement(self) -> ReadUnit:
+        """A reader for single statements (no BEGIN; each statement its own snapshot)."""
+        if self._statements is None:
+            self._statements = self._uow_factory.statement_reader().__enter__()
+        return self._statements
 
     def reader(self) -> ReadUnit:
         """The open reader (opened on first use)."""
@@ -192,10 +227,12 @@ class ReadScope:
         return self.reader()
 
     def close(self) -> None:
-        """End the read transaction, if one is open."""
-        reader, self._reader = self._reader, None
-        if reader is not None:
-            reader.__exit__(None, None, None)
+        """End the read transaction, if one is open, and give back the statement reader."""
+        readers = (self._reader, self._statements)
+        self._reader = self._statements = None
+        for reader in readers:
+            if reader is not None:
+                reader.__exit__(None, None, None)
 
     def __enter__(self) -> ReadScope:
         return self

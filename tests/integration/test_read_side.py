@@ -2,14 +2,18 @@
 
 from __future__ import annotations
 
+import json
+from typing import Any
+
 import pytest
 from sqlalchemy import text, update
 from sqlalchemy.exc import DBAPIError
 
 from speechbatch.app import Services
 from speechbatch.models import Job
+from speechbatch.read import ItemsPage, JobPoll
 from speechbatch.repositories import UserRecord
-from speechbatch.services import get_user
+from speechbatch.services import create_admin, create_token, get_user, hash_token
 from tests.helpers import new_job
 
 
@@ -56,3 +60,61 @@ def test_a_session_lookup_reads_while_another_process_writes(
         holder.exec_driver_sql("UPDATE users SET email = email")
         assert get_user(svc.uow_factory, admin.id) == admin
         holder.rollback()
+
+
+def _poll(svc: Services, job_id: int, **kwargs: Any) -> JobPoll | None:
+    with svc.uow_factory.statement_reader() as uow:
+        return uow.views.poll_job(job_id, lease_seconds=60.0, worker_dead_seconds=60.0, **kwargs)
+
+
+def test_a_write_through_a_statement_reader_fails(svc: Services, admin: UserRecord) -> None:
+    job_id = new_job(svc, admin)
+    with svc.uow_factory.statement_reader() as uow, pytest.raises(DBAPIError):
+        uow.session.execute(update(Job).where(Job.id == job_id).values(title="changed"))
+    with svc.uow_factory.statement_reader() as uow:
+        assert uow.session.execute(text("SELECT title FROM jobs")).scalar_one() == "job"
+
+
+def test_a_poll_by_token_reads_the_user_the_head_and_the_document(
+    svc: Services, admin: UserRecord, token: str
+) -> None:
+    job_id = new_job(svc, admin, 2)
+    poll = _poll(svc, job_id, token_hash=hash_token(token))
+    assert poll is not None and poll.user == admin
+    assert poll.head is not None and poll.head.total == 2
+    assert poll.document is not None and len(json.loads(poll.document)["items"]) == 2
+
+
+def test_a_poll_by_an_unknown_token_reads_nothing(svc: Services, admin: UserRecord) -> None:
+    job_id = new_job(svc, admin)
+    assert _poll(svc, job_id, token_hash=hash_token("sb_unknown")) is None
+
+
+def test_a_poll_of_another_organizations_job_reads_no_head_nor_document(
+    svc: Services, admin: UserRecord, token: str
+) -> None:
+    create_admin(svc.uow_factory, "other", "admin@other.test", "password-1")
+    other_token = create_token(svc.uow_factory, "admin@other.test")
+    job_id = new_job(svc, admin)
+    poll = _poll(svc, job_id, token_hash=hash_token(other_token))
+    assert poll is not None and poll.user is not None and poll.user.email == "admin@other.test"
+    assert poll.head is None and poll.document is None
+
+
+def test_a_poll_of_the_version_the_client_has_builds_no_document(
+    svc: Services, admin: UserRecord
+) -> None:
+    job_id = new_job(svc, admin)
+    first = _poll(svc, job_id, organization_id=admin.organization_id)
+    assert first is not None and first.head is not None
+    again = _poll(
+        svc, job_id, organization_id=admin.organization_id, seen_version=first.head.version
+    )
+    assert again is not None and again.head == first.head and again.document is None
+
+
+def test_a_poll_of_an_items_page_builds_that_page(svc: Services, admin: UserRecord) -> None:
+    job_id = new_job(svc, admin, 5)
+    poll = _poll(svc, job_id, organization_id=admin.organization_id, page=ItemsPage(None, 1, 2))
+    assert poll is not None and poll.document is not None
+    assert [i["text"] for i in json.loads(poll.document)] == ["text 2", "text 3"]

@@ -14,9 +14,10 @@ from speechbatch.repositories import UserRecord
 from speechbatch.repositories.slots import SlotGrant
 from speechbatch.services import create_job, get_job, start_generation
 from speechbatch.spending import cancel_generation
-from tests.conftest import services, with_settings
+from tests.conftest import close_services, services, with_settings
 from tests.fakes import FakeProvider, rate_limited
 from tests.helpers import LIMITS, claim, new_job, view, wait_for
+from tests.integration.test_pages import sign_in
 
 
 @pytest.fixture
@@ -28,8 +29,7 @@ def two_processes(settings: Settings) -> Iterator[tuple[Services, Services, Fake
     apps = [services(create_app(shared, provider=provider)) for _ in range(2)]
     yield apps[0], apps[1], provider
     for svc in apps:
-        svc.runner.drain(5)
-        svc.engine.dispose()
+        close_services(svc)
 
 
 def _done(svc: Services, user: UserRecord, job_id: int) -> bool:
@@ -160,3 +160,21 @@ def test_a_drain_while_waiting_ends_the_run_interrupted(
     assert job["runs"][-1]["outcome"] == "INTERRUPTED"
     assert job["runs"][-1]["billed_characters"] == 0
     assert provider.total_calls() == 0
+
+
+def test_the_job_page_says_items_wait_for_a_slot(
+    settings: Settings, admin: UserRecord, provider: FakeProvider
+) -> None:
+    app = create_app(with_settings(settings, provider_concurrency=1), provider=provider)
+    svc = services(app)
+    try:
+        _hold_the_only_slot_elsewhere(svc, admin)
+        job_id = _job(svc, admin, "one")
+        start_generation(svc.uow_factory, svc.settings, svc.runner, admin, job_id)
+        wait_for(lambda: _waiting_for_slot(svc, admin, job_id))
+        client = app.test_client()
+        sign_in(client)
+        page = client.get(f"/jobs/{job_id}").get_data(as_text=True)
+        assert "1 waiting for a provider slot (shared by every job)" in page
+    finally:
+        close_services(svc)

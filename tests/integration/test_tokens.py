@@ -5,6 +5,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
+import pytest
 from flask import Flask
 from flask.testing import FlaskClient
 from sqlalchemy import select, update
@@ -61,6 +62,26 @@ def test_revoked_token_stops_working_at_once(client: FlaskClient, auth: dict[str
     assert client.get("/api/voices", headers=other).status_code == 401
     listed = client.get("/api/tokens", headers=auth).get_json()["tokens"]
     assert created["id"] not in [t["id"] for t in listed]
+
+
+def _new_job(client: FlaskClient, auth: dict[str, str]) -> int:
+    body = {"title": "polled", "voice": "alloy", "items": ["one"]}
+    response = client.post("/api/jobs", json=body, headers=auth)
+    assert response.status_code == 201, response.get_json()
+    job_id: int = response.get_json()["id"]
+    return job_id
+
+
+@pytest.mark.parametrize("path", ["/api/jobs/{id}", "/api/jobs/{id}/items"])
+def test_revoked_token_cannot_poll_a_job(
+    client: FlaskClient, auth: dict[str, str], path: str
+) -> None:
+    job_id = _new_job(client, auth)
+    created = _create(client, auth)
+    other = {"Authorization": f"Bearer {created['token']}"}
+    assert client.get(path.format(id=job_id), headers=other).status_code == 200
+    assert client.delete(f"/api/tokens/{created['id']}", headers=auth).status_code == 204
+    assert client.get(path.format(id=job_id), headers=other).status_code == 401
 
 
 def test_revoking_twice_is_404(client: FlaskClient, auth: dict[str, str]) -> None:
@@ -132,6 +153,19 @@ def test_last_use_is_written_at_most_once_a_minute(
     moved = _last_used(svc, token)
     client.get("/api/voices", headers=auth)
     assert _last_used(svc, token) > moved
+
+
+def test_a_poll_writes_the_last_use(
+    client: FlaskClient, auth: dict[str, str], svc: Services
+) -> None:
+    job_id = _new_job(client, auth)
+    created = _create(client, auth)
+    assert _last_used(svc, created["token"]) is None
+    response = client.get(
+        f"/api/jobs/{job_id}", headers={"Authorization": f"Bearer {created['token']}"}
+    )
+    assert response.status_code == 200
+    assert _last_used(svc, created["token"]) is not None
 
 
 def test_list_shows_the_last_use(client: FlaskClient, auth: dict[str, str]) -> None:

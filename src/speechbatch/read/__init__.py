@@ -2,6 +2,26 @@
 
 from __future__ import annotations
 
-from .views import ITEM_STATUSES, JOB_STATUSES, JobHead, JobViews, ListStamp, Views
+from .views import (
+    ITEM_STATUSES,
+    JOB_STATUSES,
+    ItemsPage,
+    JobHead,
+    JobPoll,
+    JobViews,
+    ListStamp,
+    Views,
+    seen_version,
+)
 
-__all__ = ["ITEM_STATUSES", "JOB_STATUSES", "JobHead", "JobViews", "ListStamp", "Views"]
+__all__ = [
+    "ITEM_STATUSES",
+    "JOB_STATUSES",
+    "ItemsPage",
+    "JobHead",
+    "JobPoll",
+    "JobViews",
+    "ListStamp",
+    "Views",
+    "seen_version",
+]

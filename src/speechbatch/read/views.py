@@ -10,18 +10,23 @@ database (``json_build_object``/``json_agg`` on PostgreSQL, ``json_object``/
 from __future__ import annotations
 
 import functools
+from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Protocol
 
 from sqlalchemy import (
     Float,
+    Integer,
     Select,
+    String,
     and_,
     bindparam,
     case,
+    column,
     func,
     literal,
+    null,
     or_,
     select,
     text,
@@ -33,7 +38,9 @@ from sqlalchemy.sql.elements import TextClause
 from ..db import UTCDateTime
 from ..models import Id, ItemStatus, JobStatus, RunOutcome
 from ..repositories.recovery import dead_worker, has_orphan_items, stale_progress
-from ..repositories.tables import COUNTERS, items, jobs, runs, workers
+from ..repositories.tables import COUNTERS, api_tokens, items, jobs, runs, users, workers
+from ..repositories.tokens import last_use_due, token_accepted
+from ..repositories.users import UserRecord
 
 ITEM_STATUSES = (ItemStatus.PENDING, ItemStatus.GENERATING, ItemStatus.DONE, ItemStatus.ERROR)
 JOB_STATUSES = (JobStatus.PENDING, JobStatus.GENERATING, JobStatus.COMPLETED, JobStatus.FAILED)
@@ -50,7 +57,6 @@ class JobHead:
     counts: dict[str, int]  # per item status
     needs_recovery: bool
     worker: str | None
-    worker_heartbeat_at: datetime | None
     last_progress_at: datetime
     reclaim_count: int
     # Items of the live run waiting for a deployment-wide provider slot or the pace.
@@ -66,14 +72,52 @@ class JobHead:
         """A strong ETag that changes whenever the answer would.
 
         Every write of the job row (items moving, runs ending, recovery, a claim) bumps
-        ``version``; the lease shows the worker's heartbeat only while the job is live.
+        ``version``, and nothing else shows in the answer: a worker's heartbeat does not
+        (a worker that stops beating gets its job recovered, which is a write).
         """
-        beat = ""
-        if self.status == JobStatus.GENERATING and self.worker_heartbeat_at is not None:
-            beat = f"-h{self.worker_heartbeat_at.timestamp():.6f}"
-        if self.status == JobStatus.GENERATING:
-            beat += f"-w{self.waiting_for_slot}.{self.waiting_for_pace}"
-        return f"j{self.id}-v{self.version}{beat}{variant}"
+        return f"{self.etag_prefix}{self.version}{variant}"
+
+    @property
+    def etag_prefix(self) -> str:
+        """The ETag up to the version (see ``seen_version``)."""
+        return etag_prefix(self.id)
+
+
+def etag_prefix(job_id: int) -> str:
+    """A job's ETags start with this, then the version, then the variant."""
+    return f"j{job_id}-v"
+
+
+def seen_version(etags: Iterable[str], job_id: int, variant: str) -> int | None:
+    """The job version that one of a client's ETags names for this variant, if any."""
+    prefix = etag_prefix(job_id)
+    for etag in etags:
+        if etag.startswith(prefix) and etag.endswith(variant):
+            number = etag[len(prefix) : len(etag) - len(variant)]
+            if number.isdigit() and len(number) < 19:
+                return int(number)
+    return None
+
+
+@dataclass(frozen=True)
+class ItemsPage:
+    """Which page of a job's items a poll answers."""
+
+    status: str | None
+    offset: int
+    limit: int
+
+
+@dataclass(frozen=True)
+class JobPoll:
+    """A poll's one statement: who asked, the job's head, and the answer unless the
+    client's version is current (or there is no such job for them)."""
+
+    user: UserRecord | None  # the token's user; None when asked for an organization
+    head: JobHead | None
+    document: str | None  # the job's JSON (without ``lease``) or the page's array
+    # The token whose last use is due to be written (once a minute), if any.
+    token_use_due: int | None = None
 
 
 @dataclass(frozen=True)
@@ -106,6 +150,19 @@ class Views(Protocol):
     ) -> JobHead | None: ...
 
     def job_json(self, job_id: int, *, with_items: bool) -> str: ...
+
+    def poll_job(
+        self,
+        job_id: int,
+        *,
+        token_hash: str | None = None,
+        organization_id: int | None = None,
+        with_items: bool = True,
+        page: ItemsPage | None = None,
+        seen_version: int | None = None,
+        lease_seconds: float,
+        worker_dead_seconds: float,
+    ) -> JobPoll | None: ...
 
     def items_json(self, job_id: int, *, status: str | None, offset: int, limit: int) -> str: ...
 
@@ -160,25 +217,52 @@ class JobViews:
                 "worker_dead_seconds": float(worker_dead_seconds or 0),
             },
         ).first()
+        return None if row is None else _head_of(row, liveness)
+
+    def poll_job(
+        self,
+        job_id: int,
+        *,
+        token_hash: str | None = None,
+        organization_id: int | None = None,
+        with_items: bool = True,
+        page: ItemsPage | None = None,
+        seen_version: int | None = None,
+        lease_seconds: float,
+        worker_dead_seconds: float,
+    ) -> JobPoll | None:
+        """One statement for a poll: the token's user (by ``token_hash``; or the job is
+        looked for in ``organization_id``), the job's head with its liveness, and the
+        document (the job, or ``page`` of its items) unless the job's version is
+        ``seen_version``. None when the token is unknown; a JobPoll without a head when
+        the job is not found (or not theirs)."""
+        by_token = token_hash is not None
+        dialect = self.session.get_bind().dialect.name
+        row = self.session.execute(
+            _poll_statement(dialect, by_token, with_items, page and page.status is not None),
+            {
+                "job_id": job_id,
+                "token_hash": token_hash,
+                "organization_id": organization_id,
+                "lease_seconds": float(lease_seconds),
+                "worker_dead_seconds": float(worker_dead_seconds),
+                "seen_version": seen_version,
+                "status": page.status if page else None,
+                "offset": page.offset if page else 0,
+                "limit": page.limit if page else 0,
+            },
+        ).first()
         if row is None:
-            return None
-        newest = row.updated_at
-        if row.newest_item_at is not None:
-            newest = max(newest, row.newest_item_at)
-        return JobHead(
-            id=row.id,
-            version=row.version,
-            status=row.status,
-            attempt=row.attempt,
-            counts={s: int(getattr(row, COUNTERS[s].key)) for s in ITEM_STATUSES},
-            needs_recovery=bool(liveness and row.needs_recovery),
-            worker=f"{row.hostname}:{row.pid}" if row.hostname else None,
-            worker_heartbeat_at=row.heartbeat_at,
-            last_progress_at=newest,
-            reclaim_count=int(row.reclaims),
-            waiting_for_slot=max(0, int(row.waiting_for_slot or 0)),
-            waiting_for_pace=max(0, int(row.waiting_for_pace or 0)),
+            return None if by_token else JobPoll(None, None, None)
+        user = (
+            UserRecord(row.user_id, row.user_organization_id, row.email, row.password_hash)
+            if by_token
+            else None
         )
+        head = _head_of(row, True) if row.id is not None else None
+        document = None if row.document is None else str(row.document)
+        due = row.token_id if by_token and row.last_use_is_stale else None
+        return JobPoll(user, head, document, due)
 
     def job_json(self, job_id: int, *, with_items: bool) -> str:
         """The job as the API shows it (without ``lease``), as JSON text."""
@@ -215,10 +299,53 @@ class JobViews:
         )
 
 
+def _head_of(row: Any, liveness: bool) -> JobHead:
+    newest = row.updated_at
+    if row.newest_item_at is not None:
+        newest = max(newest, row.newest_item_at)
+    return JobHead(
+        id=row.id,
+        version=row.version,
+        status=row.status,
+        attempt=row.attempt,
+        counts={s: int(getattr(row, COUNTERS[s].key)) for s in ITEM_STATUSES},
+        needs_recovery=bool(liveness and row.needs_recovery),
+        worker=f"{row.hostname}:{row.pid}" if row.hostname else None,
+        last_progress_at=newest,
+        reclaim_count=int(row.reclaims),
+        waiting_for_slot=max(0, int(row.waiting_for_slot or 0)),
+        waiting_for_pace=max(0, int(row.waiting_for_pace or 0)),
+    )
+
+
 @functools.cache
-def _head_statement(liveness: bool) -> Select[Any]:
-    """The head's one statement, built once (parameters: job_id, organization_id,
-    lease_seconds, worker_dead_seconds)."""
+def _poll_statement(
+    dialect: str, by_token: bool, with_items: bool, filtered_page: bool | None
+) -> Select[Any]:
+    """The poll's one statement (see ``JobViews.poll_job``), built once per shape.
+
+    By token: the token and its user, then the job outer-joined in their organization,
+    so an unknown token reads no row and a job not theirs reads a row without a job.
+    The document is a correlated subquery inside a CASE: the database builds it only for
+    a job that exists for them and whose version is not the one the client has.
+    """
+    sql = _statements(dialect)
+    document_sql = sql.job[with_items] if filtered_page is None else sql.items_page[filtered_page]
+    document = document_sql.columns(column("doc")).scalar_subquery()
+    head = _head_statement(True, by_token)
+    return head.add_columns(
+        case(
+            (jobs.c.id.is_(None), null()),
+            (jobs.c.version == bindparam("seen_version", type_=Integer), null()),
+            else_=document,
+        ).label("document")
+    )
+
+
+@functools.cache
+def _head_statement(liveness: bool, by_token: bool = False) -> Select[Any]:
+    """The head's one statement, built once (parameters: job_id, organization_id or,
+    ``by_token``, token_hash; lease_seconds, worker_dead_seconds)."""
     current_run = runs.alias("current_run")
     current_worker = workers.alias("current_worker")
     newest_item = (
@@ -244,7 +371,6 @@ def _head_statement(liveness: bool) -> Select[Any]:
         reclaims.label("reclaims"),
         current_worker.c.hostname,
         current_worker.c.pid,
-        current_worker.c.heartbeat_at,
         current_run.c.waiting_for_slot,
         current_run.c.waiting_for_pace,
     ]
@@ -260,19 +386,33 @@ def _head_statement(liveness: bool) -> Select[Any]:
             has_orphan_items(),
         )
         columns.append(case((looks_dead, True), else_=False).label("needs_recovery"))
-    return (
-        select(*columns)
-        .select_from(
-            jobs.outerjoin(
-                current_run,
-                and_(current_run.c.job_id == jobs.c.id, current_run.c.attempt == jobs.c.attempt),
-            ).outerjoin(current_worker, current_worker.c.id == current_run.c.worker_id)
+    job_id = bindparam("job_id", type_=Id)
+    if by_token:
+        # The token's user, and the job only if it is in their organization.
+        columns = [
+            users.c.id.label("user_id"),
+            users.c.organization_id.label("user_organization_id"),
+            users.c.email,
+            users.c.password_hash,
+            api_tokens.c.id.label("token_id"),
+            last_use_due().label("last_use_is_stale"),
+            *columns,
+        ]
+        source: Any = api_tokens.join(users, users.c.id == api_tokens.c.user_id).outerjoin(
+            jobs, and_(jobs.c.id == job_id, jobs.c.organization_id == users.c.organization_id)
         )
-        .where(
-            jobs.c.id == bindparam("job_id", type_=Id),
+        where = token_accepted(bindparam("token_hash", type_=String))
+    else:
+        source = jobs
+        where = and_(
+            jobs.c.id == job_id,
             jobs.c.organization_id == bindparam("organization_id", type_=Id),
         )
-    )
+    source = source.outerjoin(
+        current_run,
+        and_(current_run.c.job_id == jobs.c.id, current_run.c.attempt == jobs.c.attempt),
+    ).outerjoin(current_worker, current_worker.c.id == current_run.c.worker_id)
+    return select(*columns).select_from(source).where(where)
 
 
 @dataclass(frozen=True)

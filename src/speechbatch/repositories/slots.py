@@ -143,6 +143,8 @@ def _statements(dialect: str) -> dict[str, Executable]:
             next_start_at=times["next_start_at"], now=times["now"]
         ),
         "ensure_pace": text(ensure_pace),
+        # The counts show in the job's answer, so its version (the ETag) moves with them.
+        "bump_job": text("UPDATE jobs SET version = version + 1 WHERE id = :job"),
         "wait_slot": text(wait_column.format(column="waiting_for_slot")),
         "wait_pace": text(wait_column.format(column="waiting_for_pace")),
         "waiting": text(
@@ -266,6 +268,8 @@ class SlotRepository:
     def count_waiting(self, job_id: int, attempt: int, reason: str, delta: int) -> None:
         """Add ``delta`` to the run's count of items waiting for ``reason`` (slot or pace)."""
         statement = self._sql["wait_slot" if reason == "slot" else "wait_pace"]
+        # The job row first: the lock order of an item's start (job, then its run).
+        self.session.execute(self._sql["bump_job"], {"job": job_id})
         self.session.execute(statement, {"job": job_id, "attempt": attempt, "delta": delta})
 
     def waiting(self, job_id: int) -> tuple[int, int]:

@@ -6,11 +6,24 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import Column, ColumnElement, case, insert, or_, select, update
+from sqlalchemy import (
+    BindParameter,
+    Column,
+    ColumnElement,
+    and_,
+    case,
+    insert,
+    or_,
+    select,
+    update,
+)
 from sqlalchemy.orm import Session
 
 from ..db import ago, db_now
 from .tables import api_tokens, users
+
+# A token's last use is written at most once a minute, not on every request.
+LAST_USE_RESOLUTION_SECONDS = 60.0
 
 
 @dataclass(frozen=True)
@@ -80,7 +93,6 @@ class TokenRepository:
         ``last_use_is_stale`` says whether the last use is older than
         ``touch_after_seconds`` (or was never written), so the caller writes it only then.
         """
-        stale = _last_use_older_than(touch_after_seconds)
         row = self.session.execute(
             select(
                 api_tokens.c.id.label("token_id"),
@@ -88,10 +100,10 @@ class TokenRepository:
                 users.c.organization_id,
                 users.c.email,
                 users.c.password_hash,
-                case((stale, True), else_=False).label("last_use_is_stale"),
+                last_use_due(touch_after_seconds).label("last_use_is_stale"),
             )
             .join(users, users.c.id == api_tokens.c.user_id)
-            .where(api_tokens.c.token_hash == token_hash, api_tokens.c.revoked_at.is_(None))
+            .where(token_accepted(token_hash))
         ).first()
         return TokenOwner(**row._mapping) if row is not None else None
 
@@ -108,6 +120,19 @@ class TokenRepository:
             .returning(api_tokens.c.id)
         ).first()
         return won is not None
+
+
+def token_accepted(token_hash: str | BindParameter[str]) -> ColumnElement[bool]:
+    """The condition on ``api_tokens`` under which a token authenticates (its hash, not
+    revoked): the one place every token lookup, the poll's single statement included,
+    takes it from."""
+    return and_(api_tokens.c.token_hash == token_hash, api_tokens.c.revoked_at.is_(None))
+
+
+def last_use_due(seconds: float = LAST_USE_RESOLUTION_SECONDS) -> ColumnElement[bool]:
+    """Whether the token's last use is due to be written (never written, or older than
+    ``seconds``), as a column a lookup can return."""
+    return case((_last_use_older_than(seconds), True), else_=False)
 
 
 def _record_columns() -> tuple[Column[Any], ...]:

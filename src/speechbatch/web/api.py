@@ -12,7 +12,7 @@ from flask_wtf.csrf import validate_csrf
 from .. import services as svc
 from ..errors import BadRequest, NotFound, Unauthorized, ValidationError
 from ..repositories import UserRecord
-from .context import bearer_user, reads, services, session_user
+from .context import bearer_token, bearer_user, reads, services, session_user
 from .errors import error_response
 
 bp = Blueprint("api", __name__)
@@ -34,9 +34,26 @@ def require_user(view: Any) -> Any:
                 except CSRFValidationError as exc:
                     raise BadRequest(f"CSRF check failed: {exc}") from None
         if user is None:
-            raise Unauthorized("a valid bearer token or a signed-in session is required")
+            raise Unauthorized(svc.AUTHENTICATION_REQUIRED)
         g.user = user
         return view(*args, **kwargs)
+
+    return wrapped
+
+
+def poller(view: Any) -> Any:
+    """Like ``require_user`` for reads of one job, but a bearer token is looked up by the
+    read's own statement (one round trip): the view gets ``who``, a token or a user."""
+
+    @wraps(view)
+    def wrapped(*args: Any, **kwargs: Any) -> Any:
+        token = bearer_token()
+        who: UserRecord | svc.Bearer | None = svc.Bearer(token) if token else None
+        if who is None and not request.headers.get("Authorization"):
+            who = session_user()
+        if who is None:
+            raise Unauthorized(svc.AUTHENTICATION_REQUIRED)
+        return view(*args, who=who, **kwargs)
 
     return wrapped
 
@@ -98,6 +115,11 @@ def _seen(etag: str) -> bool:
     return request.if_none_match.contains_weak(etag)
 
 
+def _seen_etags() -> frozenset[str]:
+    """The client's If-None-Match ETags (strong and weak), for the database to compare."""
+    return frozenset(request.if_none_match.as_set(include_weak=True))
+
+
 @bp.get("/api/jobs")
 @require_user
 def list_jobs() -> Response:
@@ -129,29 +151,30 @@ def create_job() -> tuple[Response, int]:
 
 
 @bp.get("/api/jobs/<int:job_id>")
-@require_user
-def get_job(job_id: int) -> Response:
+@poller
+def get_job(job_id: int, who: UserRecord | svc.Bearer) -> Response:
     """One job, after lease-expiry recovery; ``?items=none`` leaves the items out."""
     s = services()
     items = request.args.get("items")
     if items not in (None, "", "all", "none"):
         raise ValidationError("items must be 'none' (or absent)", field="items")
     answer = svc.read_job(
-        reads(), s.uow_factory, s.settings, current(), job_id,
-        with_items=items != "none", if_none_match=_seen,
+        reads(), s.uow_factory, s.settings, who, job_id,
+        with_items=items != "none", if_none_match=_seen, seen_etags=_seen_etags(),
     )  # fmt: skip
     return _conditional(answer)
 
 
 @bp.get("/api/jobs/<int:job_id>/items")
-@require_user
-def job_items(job_id: int) -> Response:
+@poller
+def job_items(job_id: int, who: UserRecord | svc.Bearer) -> Response:
     """A page of a job's items (``status``, ``offset``, ``limit``) with the total."""
     s = services()
     answer = svc.read_job_items(
-        reads(), s.uow_factory, s.settings, current(), job_id,
+        reads(), s.uow_factory, s.settings, who, job_id,
         status=request.args.get("status") or None,
-        offset=_int_arg("offset"), limit=_int_arg("limit"), if_none_match=_seen,
+        offset=_int_arg("offset"), limit=_int_arg("limit"),
+        if_none_match=_seen, seen_etags=_seen_etags(),
     )  # fmt: skip
     return _conditional(answer)
 

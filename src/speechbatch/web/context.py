@@ -65,12 +65,20 @@ def session_user() -> UserRecord | None:
     return g.session_user
 
 
-def bearer_user() -> UserRecord | None:
-    """The user of an ``Authorization: Bearer`` token, if any and valid."""
+def bearer_token() -> str | None:
+    """The token of an ``Authorization: Bearer`` header, if there is one."""
     header = request.headers.get("Authorization", "")
     scheme, _, token = header.partition(" ")
     if scheme.lower() != "bearer" or not token.strip():
         return None
-    user = authenticate_token(services().uow_factory, token.strip(), reads=reads())
+    return token.strip()
+
+
+def bearer_user() -> UserRecord | None:
+    """The user of an ``Authorization: Bearer`` token, if any and valid."""
+    token = bearer_token()
+    if token is None:
+        return None
+    user = authenticate_token(services().uow_factory, token, reads=reads())
     _done_reading_for_a_write()
     return user
