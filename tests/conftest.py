@@ -132,10 +132,7 @@ def app(settings: Settings, provider: FakeProvider) -> Iterator[Flask]:
     app.config["TESTING"] = True
     yield app
     services(app).runner.drain(5.0)
-    services(app).engine.dispose()
-    statement_engine = services(app).statement_engine
-    if statement_engine is not None:
-        statement_engine.dispose()
+    services(app).dispose()
 
 
 def services(app: Flask) -> Services:

@@ -390,7 +390,7 @@ def test_slow_export_that_renews_its_lock_is_never_recovered(
         took = time.monotonic() - began
     finally:
         wait_for_exports(20)
-        slow_svc.engine.dispose()
+        slow_svc.dispose()
 
     assert body["status"] == "COMPLETED", body
     assert seen == {"RUNNING", "COMPLETED"}

@@ -141,7 +141,7 @@ def test_graceful_stop_interrupts_and_a_retry_resumes(
     assert job["progress"]["generating"] == 0
     calls_before = slow.total_calls()
     assert calls_before == len(done_before)  # in-flight calls finished, none started after
-    svc.engine.dispose()
+    svc.dispose()
 
     second = create_app(settings, provider=slow)  # the restarted server
     svc2 = services(second)
@@ -150,7 +150,7 @@ def test_graceful_stop_interrupts_and_a_retry_resumes(
     assert all(slow.calls[t] == 1 for t in done_before)
     assert slow.total_calls() == 12
     svc2.runner.drain(5)
-    svc2.engine.dispose()
+    svc2.dispose()
 
 
 def test_each_run_records_its_worker(svc: Services, admin: UserRecord) -> None:
