@@ -276,6 +276,16 @@ def test_a_heartbeat_does_not_change_a_generating_jobs_answer(
     assert again.status_code == 304 and again.headers["ETag"] == first.headers["ETag"]
 
 
+@pytest.mark.parametrize("path", ["/api/jobs/{id}", "/api/jobs/{id}/items?offset=115"])
+def test_an_empty_if_none_match_answers_the_whole_document(
+    client: FlaskClient, auth: dict[str, str], path: str
+) -> None:
+    job_id = _create(client, auth).get_json()["id"]
+    response = client.get(path.format(id=job_id), headers={**auth, "If-None-Match": '""'})
+    assert response.status_code == 200, response.get_data(as_text=True)
+    assert response.headers["ETag"]
+
+
 def test_metrics_count_claims_and_billed_calls(client: FlaskClient, auth: dict[str, str]) -> None:
     def sample(name: str) -> float:
         text = client.get("/metrics").get_data(as_text=True)

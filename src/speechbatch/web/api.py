@@ -116,8 +116,10 @@ def _seen(etag: str) -> bool:
 
 
 def _seen_etags() -> frozenset[str]:
-    """The client's If-None-Match ETags (strong and weak), for the database to compare."""
-    return frozenset(request.if_none_match.as_set(include_weak=True))
+    """The client's If-None-Match ETags (strong and weak), for the database to compare.
+
+    An empty quoted ETag (``If-None-Match: ""``) parses as None: it names nothing."""
+    return frozenset(tag for tag in request.if_none_match.as_set(include_weak=True) if tag)
 
 
 @bp.get("/api/jobs")
