@@ -132,10 +132,14 @@ def app(settings: Settings, provider: FakeProvider) -> Iterator[Flask]:
     app.config["TESTING"] = True
     yield app
     services(app).runner.drain(5.0)
-    services(app).engine.dispose()
-    statement_engine = services(app).statement_engine
-    if statement_engine is not None:
-        statement_engine.dispose()
+    dispose_engines(services(app))
+
+
+def dispose_engines(svc: Services) -> None:
+    """Close every pooled connection of an app (its engine and its statement engine)."""
+    svc.engine.dispose()
+    if svc.statement_engine is not None:
+        svc.statement_engine.dispose()
 
 
 def services(app: Flask) -> Services:
