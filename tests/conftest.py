@@ -132,14 +132,7 @@ def app(settings: Settings, provider: FakeProvider) -> Iterator[Flask]:
     app.config["TESTING"] = True
     yield app
     services(app).runner.drain(5.0)
-    dispose_engines(services(app))
-
-
-def dispose_engines(svc: Services) -> None:
-    """Close every pooled connection of an app (its engine and its statement engine)."""
-    svc.engine.dispose()
-    if svc.statement_engine is not None:
-        svc.statement_engine.dispose()
+    services(app).dispose()
 
 
 def services(app: Flask) -> Services:
