@@ -78,7 +78,7 @@ def run_backend(backend: str, args: argparse.Namespace) -> dict[str, Any]:
                 assert provider.total_calls() - calls_before == args.items
         finally:
             services.runner.drain(5.0)
-            services.engine.dispose()
+            services.dispose()
     wall = median(walls)
     return {
         "ideal_seconds": ideal,

@@ -83,7 +83,7 @@ def main() -> None:
                         statuses[name].add(status)
         finally:
             services.runner.drain(5.0)
-            services.engine.dispose()
+            services.dispose()
     p50 = {name: median(t) * 1000 for name, t in times.items()}
     p99 = {name: percentile(t, 99) * 1000 for name, t in times.items()}
     ratios = {kind: p50[f"{kind} 5000"] / p50[f"{kind} 10"] for kind in ("summary", "304")}

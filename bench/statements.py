@@ -223,7 +223,7 @@ def run_backend(backend: str, small: int, large: int) -> dict[str, Any]:
             statements = count_statements(services, user, backend, small, large)
         finally:
             services.runner.drain(5.0)
-            services.engine.dispose()
+            services.dispose()
     return {"statements": statements, "memory": memory}
 
 

@@ -153,9 +153,7 @@ def make_svc(settings: Settings, provider: FakeProvider) -> Iterator[Callable[..
 def close_services(svc: Services) -> None:
     """Drain the app's runner and close both its engines (no connection left to GC)."""
     svc.runner.drain(5.0)
-    svc.engine.dispose()
-    if svc.statement_engine is not None:
-        svc.statement_engine.dispose()
+    svc.dispose()
 
 
 def services(app: Flask) -> Services:

@@ -49,6 +49,12 @@ class Services:
     # The engine of one-statement reads (autocommit, read-only sessions): the common poll.
     statement_engine: Engine | None = None
 
+    def dispose(self) -> None:
+        """Close the pooled connections of both engines."""
+        self.engine.dispose()
+        if self.statement_engine is not None:
+            self.statement_engine.dispose()
+
     @property
     def limits(self) -> Limits:
         """Job limits for the configured provider."""

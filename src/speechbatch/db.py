@@ -141,7 +141,10 @@ def make_engine(url: str, *, pool: bool = True, statement_reads: bool = False) -
         kwargs["isolation_level"] = "AUTOCOMMIT"
     kwargs["connect_args"] = {"options": options}
     kwargs["pool_pre_ping"] = True
-    if pool:
+    if pool and statement_reads:
+        # Only request threads read through it (the runner's transactions do not).
+        kwargs.update(pool_size=4, max_overflow=8, pool_timeout=10)
+    elif pool:
         kwargs.update(pool_size=10, max_overflow=20, pool_timeout=10)
     else:
         kwargs["poolclass"] = NullPool

@@ -33,7 +33,7 @@ from speechbatch.models import Item
 from speechbatch.repositories import UserRecord
 from speechbatch.services import create_admin, create_token
 from speechbatch.storage import LocalStorage
-from tests.conftest import close_services, with_settings
+from tests.conftest import with_settings
 from tests.fakes import FakeProvider, fake_audio
 from tests.helpers import wait_for
 
@@ -404,7 +404,7 @@ def test_slow_export_that_renews_its_lock_is_never_recovered(
         took = time.monotonic() - began
     finally:
         wait_for_exports(20)
-        close_services(slow_svc)
+        slow_svc.dispose()
 
     assert body["status"] == "COMPLETED", body
     assert seen == {"RUNNING", "COMPLETED"}

@@ -16,7 +16,7 @@ from speechbatch.app import Services
 from speechbatch.config import Settings
 from speechbatch.repositories import StaleJob, UserRecord
 from speechbatch.services import get_job, start_generation
-from tests.conftest import close_services, services, with_settings
+from tests.conftest import services, with_settings
 from tests.fakes import FakeProvider, fake_audio, permanent, retryable
 from tests.helpers import new_job, statuses, view, wait_for
 
@@ -146,7 +146,7 @@ def test_graceful_stop_interrupts_and_a_retry_resumes(
     assert job["progress"]["generating"] == 0
     calls_before = slow.total_calls()
     assert calls_before == len(done_before)  # in-flight calls finished, none started after
-    close_services(svc)
+    svc.dispose()
 
     second = create_app(settings, provider=slow)  # the restarted server
     svc2 = services(second)
@@ -154,7 +154,8 @@ def test_graceful_stop_interrupts_and_a_retry_resumes(
     assert job["status"] == "COMPLETED"
     assert all(slow.calls[t] == 1 for t in done_before)
     assert slow.total_calls() == 12
-    close_services(svc2)
+    svc2.runner.drain(5)
+    svc2.dispose()
 
 
 def test_each_run_records_its_worker(svc: Services, admin: UserRecord) -> None:
@@ -218,4 +219,5 @@ def test_run_stalled_before_its_call_past_a_takeover_sends_nothing(
         assert after == finished  # the zombie wrote nothing else
     finally:
         release.set()
-        close_services(svc)
+        svc.runner.drain(5)
+        svc.dispose()

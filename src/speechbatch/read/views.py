@@ -236,7 +236,9 @@ class JobViews:
         by_token = token_hash is not None
         dialect = self.session.get_bind().dialect.name
         row = self.session.execute(
-            _poll_statement(dialect, by_token, with_items, page and page.status is not None),
+            _poll_statement(
+                dialect, by_token, with_items, None if page is None else page.status is not None
+            ),
             {
                 "job_id": job_id,
                 "token_hash": token_hash,
