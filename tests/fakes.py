@@ -309,6 +309,9 @@ class FakeUowFactory:
     def statement_reader(self) -> FakeUnitOfWork:
         return self.uow
 
+    def impatient_writer(self) -> FakeUnitOfWork:
+        return self.uow
+
 
 class FakeRunner:
     """Records the runs it was asked to start."""

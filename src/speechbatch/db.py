@@ -32,8 +32,14 @@ PG_SESSION_OPTIONS = (
     "-c lock_timeout=2000 -c statement_timeout=30000 -c idle_in_transaction_session_timeout=10000"
 )
 SQLITE_BUSY_TIMEOUT_MS = 30000
+# How long a writer opened by a read (recovery on the read path) waits for SQLite's write
+# lock: PostgreSQL's lock_timeout. A process frozen inside a write transaction holds that
+# lock until it wakes or dies, and a read must answer the state as it is meanwhile.
+SQLITE_SHORT_BUSY_TIMEOUT_MS = 2000
 # Execution option of a unit of work that only reads (a deferred BEGIN on SQLite).
 READ_ONLY = "speechbatch_read_only"
+# Execution option of a writer that waits for a busy database only briefly (see above).
+SHORT_LOCK_WAIT = "speechbatch_short_lock_wait"
 # SQLAlchemy stores SQLite datetimes as text with six fractional digits; the clock below
 # writes the same shape so that stored and computed timestamps compare as text.
 _SQLITE_NOW = "strftime('%Y-%m-%d %H:%M:%f000', 'now')"
@@ -182,8 +188,16 @@ def _make_sqlite_immediate(engine: Engine, *, statement_reads: bool = False) -> 
         # A read-only unit of work never blocks on (or behind) a writer in WAL mode, and
         # cannot write: query_only is set (or cleared) at every BEGIN, so a pooled
         # connection never carries a reader's setting into a writer.
-        read_only = conn.get_execution_options().get(READ_ONLY)
+        options = conn.get_execution_options()
+        read_only = options.get(READ_ONLY)
         conn.exec_driver_sql(f"PRAGMA query_only={1 if read_only else 0}")
+        # Like query_only, the busy timeout is the connection's: set it back for the next
+        # writer, and only when it changes (most transactions keep the long one).
+        busy_ms = SQLITE_SHORT_BUSY_TIMEOUT_MS if options.get(SHORT_LOCK_WAIT) else None
+        busy_ms = busy_ms or SQLITE_BUSY_TIMEOUT_MS
+        if conn.info.get("busy_timeout_ms", SQLITE_BUSY_TIMEOUT_MS) != busy_ms:
+            conn.exec_driver_sql(f"PRAGMA busy_timeout={busy_ms}")
+            conn.info["busy_timeout_ms"] = busy_ms
         conn.exec_driver_sql("BEGIN" if read_only else "BEGIN IMMEDIATE")
 
 

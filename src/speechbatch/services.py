@@ -169,9 +169,10 @@ def recover_stale(
 ) -> int:
     """Lease-expiry recovery: end dead runs and fix orphan items; return how many jobs.
 
-    Each job is recovered in its own short transaction. A row that another process holds
-    past ``lock_timeout`` (or a busy SQLite) is left for a later read: a read never fails
-    because of recovery.
+    Each job is recovered in its own short transaction, by a writer that waits for a busy
+    row (or a busy SQLite) no longer than ``lock_timeout``: a row that another process
+    holds, even one frozen inside its transaction, is left for a later read, and the read
+    answers the state as it is. A read never fails, nor hangs, because of recovery.
     """
     recovered = 0
     try:
@@ -200,7 +201,7 @@ def recover_stale(
                 "Retry resumes without paying again for DONE items"
             )
         try:
-            with uow_factory() as uow:
+            with uow_factory.impatient_writer() as uow:
                 won = uow.recovery.recover_stale_job(
                     job,
                     lease_seconds=settings.lease_seconds,
@@ -223,7 +224,7 @@ def recover_stale(
             log.info("recovery lost the race job=%s attempt=%s", job.job_id, job.attempt)
     for orphan_job_id in orphans:
         try:
-            with uow_factory() as uow:
+            with uow_factory.impatient_writer() as uow:
                 uow.recovery.recover_orphan_items(
                     orphan_job_id, "auto-recovered: left GENERATING after its run ended"
                 )

@@ -18,7 +18,7 @@ from typing import Any, Literal, Protocol, Self, overload
 
 from sqlalchemy.orm import Session, sessionmaker
 
-from .db import READ_ONLY
+from .db import READ_ONLY, SHORT_LOCK_WAIT
 from .locks import ExportRepository, LockRepository
 from .read import JobViews, Views
 from .repositories import (
@@ -136,10 +136,18 @@ class StatementReader(_Unit):
 
 
 class Writer(_Unit):
-    """A short writing transaction: ``with uow_factory() as uow: ...; uow.commit()``."""
+    """A short writing transaction: ``with uow_factory() as uow: ...; uow.commit()``.
+
+    ``short_lock_wait=True`` (a read's recovery) waits for a busy database no longer than
+    PostgreSQL's ``lock_timeout`` on SQLite too, then fails with OperationalError.
+    """
+
+    def __init__(self, session_factory: sessionmaker[Any], *, short_lock_wait: bool = False):
+        super().__init__(session_factory)
+        self._short_lock_wait = short_lock_wait
 
     def __enter__(self) -> Writer:
-        self._open()
+        self._open(**({SHORT_LOCK_WAIT: True} if self._short_lock_wait else {}))
         self.jobs = JobsRepository(self.session)
         self.runs = RunsRepository(self.session)
         self.workers = WorkersRepository(self.session)
@@ -167,6 +175,10 @@ class UowFactory(Protocol):
         """A reader for one statement at a time (each its own snapshot)."""
         ...
 
+    def impatient_writer(self) -> WriteUnit:
+        """A writer that waits for a busy row or database only ``lock_timeout`` (2 s)."""
+        ...
+
 
 class SessionUowFactory:
     """The app's unit-of-work factory over one session factory (one engine), and the
@@ -188,6 +200,10 @@ class SessionUowFactory:
         if read_only:
             return Reader(self.session_factory)
         return Writer(self.session_factory)
+
+    def impatient_writer(self) -> Writer:
+        """A writer for recovery on the read path: it gives up on a busy database soon."""
+        return Writer(self.session_factory, short_lock_wait=True)
 
     def statement_reader(self) -> ReadUnit:
         """A statement reader; without a statement engine, an ordinary reader."""
