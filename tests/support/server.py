@@ -23,6 +23,7 @@ import os
 import shutil
 import signal
 import socket
+import sqlite3
 import subprocess
 import time
 import uuid
@@ -277,6 +278,19 @@ def wait_until(
         time.sleep(interval)
 
 
+def _sqlite_write_lock_free(path: str) -> bool:
+    """Whether SQLite's write lock can be taken within 0.2 s (a live writer ends by then)."""
+    connection = sqlite3.connect(path, timeout=0.2, isolation_level=None)
+    try:
+        connection.execute("BEGIN IMMEDIATE")
+        connection.execute("ROLLBACK")
+        return True
+    except sqlite3.OperationalError:
+        return False
+    finally:
+        connection.close()
+
+
 class GunicornServer:
     """``gunicorn wsgi:app`` from the repository root, in its own process group.
 
@@ -474,6 +488,26 @@ class GunicornServer:
         with contextlib.suppress(ProcessLookupError):
             os.killpg(self.pid, sig)
 
+    def freeze(self, tries: int = 50) -> int:
+        """SIGSTOP the whole server, outside a write transaction on SQLite; return the tries.
+
+        SQLite has one write lock for the whole database and nothing like PostgreSQL's
+        idle_in_transaction_session_timeout: a process frozen inside a write transaction
+        holds it until it wakes or dies, and no other process can write (nor recover the
+        frozen run) meanwhile. That is SQLite's limit, not a window in the app, so on SQLite
+        a freeze that lands inside a write is undone and tried again a moment later.
+        """
+        url = self.env.get("SPEECHBATCH_DATABASE_URL", "")
+        for attempt in range(1, tries + 1):
+            self.signal_group(signal.SIGSTOP)
+            if not url.startswith("sqlite:///") or _sqlite_write_lock_free(
+                url.removeprefix("sqlite:///")
+            ):
+                return attempt
+            self.signal_group(signal.SIGCONT)
+            time.sleep(0.005 + 0.02 * (attempt % 3))
+        raise AssertionError(f"{self.name}: every freeze landed inside a SQLite write")
+
     def kill_worker(self, pid: int, sig: int = signal.SIGKILL) -> None:
         """Send ``sig`` to one worker (it must be a child of this server's master)."""
         if pid not in self.worker_pids():
@@ -504,6 +538,26 @@ class GunicornServer:
 # JSON API client
 # --------------------------------------------------------------------------------------------
 Job = dict[str, Any]
+
+BILLING_FIELDS = ("billed_characters", "provider_calls")
+
+
+def runs_changed_by_zombie(after: list[Job], before: list[Job]) -> list[Any]:
+    """What a thawed zombie changed in the run history, apart from its one allowed write.
+
+    A run declared dead may still give back the reservation of a call it never sent (its
+    billed characters and calls only go down: the ledger must equal what the provider
+    received); anything else that differs is returned, as (before, after) pairs.
+    """
+    if len(after) != len(before):
+        return [(before, after)]
+    changed: list[Any] = []
+    for now, was in zip(after, before, strict=True):
+        rest_now = {k: v for k, v in now.items() if k not in BILLING_FIELDS}
+        rest_was = {k: v for k, v in was.items() if k not in BILLING_FIELDS}
+        if rest_now != rest_was or any(now[k] > was[k] for k in BILLING_FIELDS if k in was):
+            changed.append((was, now))
+    return changed
 
 
 class ApiClient:
