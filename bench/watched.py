@@ -108,9 +108,10 @@ def main() -> None:
         warm = app.api.create_job(["warm up"], title="warm up")
         app.api.generate(warm["id"])
         wait_status(app, warm["id"], ("COMPLETED", "FAILED"), timeout=60)
-        texts = [f"item number {i}" for i in range(args.items)]
         for i in range(args.rounds):
             for name in ("unwatched", "watched") if i % 2 == 0 else ("watched", "unwatched"):
+                # Texts of its own per job: identical texts would reuse audio, send nothing.
+                texts = [f"{name} round {i} item {n}" for n in range(args.items)]
                 r = one_job(app, texts, watched=name == "watched")
                 runs[name].append(r)
                 extra = f", {r['poll_rate']:.1f} reads/s" if "poll_rate" in r else ""

@@ -186,15 +186,18 @@ def _make_sqlite_immediate(engine: Engine, *, statement_reads: bool = False) -> 
     @event.listens_for(engine, "begin")
     def _begin(conn: Any) -> None:
         # A read-only unit of work never blocks on (or behind) a writer in WAL mode, and
-        # cannot write: query_only is set (or cleared) at every BEGIN, so a pooled
-        # connection never carries a reader's setting into a writer.
+        # cannot write (query_only).
         options = conn.get_execution_options()
-        read_only = options.get(READ_ONLY)
-        conn.exec_driver_sql(f"PRAGMA query_only={1 if read_only else 0}")
-        # Like query_only, the busy timeout is the connection's: set it back for the next
-        # writer, and only when it changes (most transactions keep the long one).
+        # Both pragmas are the pooled connection's own: each is set for this unit of work
+        # when it differs from what the connection's last unit left (conn.info lives as
+        # long as the DBAPI connection), so a reader's query_only never reaches a writer
+        # and the common writer sends no pragma at all.
+        read_only = 1 if options.get(READ_ONLY) else 0
         busy_ms = SQLITE_SHORT_BUSY_TIMEOUT_MS if options.get(SHORT_LOCK_WAIT) else None
         busy_ms = busy_ms or SQLITE_BUSY_TIMEOUT_MS
+        if conn.info.get("query_only", 0) != read_only:
+            conn.exec_driver_sql(f"PRAGMA query_only={read_only}")
+            conn.info["query_only"] = read_only
         if conn.info.get("busy_timeout_ms", SQLITE_BUSY_TIMEOUT_MS) != busy_ms:
             conn.exec_driver_sql(f"PRAGMA busy_timeout={busy_ms}")
             conn.info["busy_timeout_ms"] = busy_ms

@@ -3,8 +3,8 @@
 Each owns one session and its transaction and rolls back at the end unless (writer
 only) ``commit()`` was called. The reader is enforced by the database: PostgreSQL
 runs its transaction READ ONLY (psycopg begins it with ``BEGIN READ ONLY``), SQLite
-runs it under ``PRAGMA query_only`` (set at each BEGIN, so a pooled connection never
-carries it into a writer). Both expose one small repository per concept.
+runs it under ``PRAGMA query_only`` (set at BEGIN whenever it changes, so a pooled
+connection never carries it into a writer). Both expose one small repository per concept.
 
 A statement reader serves a read of ONE statement (the common poll) without the BEGIN
 round trip: its engine runs in autocommit (one statement is one snapshot) and its
