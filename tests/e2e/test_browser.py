@@ -92,13 +92,18 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[GunicornS
         app.stop(graceful=False)
 
 
-@pytest.fixture(scope="module")
-def browser() -> Iterator[Browser]:
-    """Debian's headless Chromium."""
+def require_chromium() -> None:
+    """Skip without Debian's Chromium, but fail under CI: the browser tests are mandatory."""
     if not CHROMIUM.exists():
         if IN_CI:
             pytest.fail(f"{CHROMIUM} is required under CI")
         pytest.skip(f"{CHROMIUM} is missing")
+
+
+@pytest.fixture(scope="module")
+def browser() -> Iterator[Browser]:
+    """Debian's headless Chromium."""
+    require_chromium()
     with sync_playwright() as playwright:
         chromium = playwright.chromium.launch(
             executable_path=str(CHROMIUM), headless=True, args=CHROMIUM_ARGS

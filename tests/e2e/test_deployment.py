@@ -6,12 +6,17 @@ land on either worker: what one process counted or revoked must hold in the othe
 
 from __future__ import annotations
 
+import os
 import re
+import subprocess
+from collections.abc import Callable
+from pathlib import Path
 
+import pytest
 import requests
 
 from tests.e2e.conftest import ServerFactory
-from tests.support.server import ADMIN_EMAIL, ADMIN_PASSWORD
+from tests.support.server import ADMIN_EMAIL, ADMIN_PASSWORD, REPO_ROOT, VENV_BIN, GunicornServer
 
 FRESH = {"Connection": "close"}
 
@@ -35,8 +40,37 @@ def _sign_in(browser: requests.Session, base_url: str, password: str) -> request
     )
 
 
+# gunicorn's access log names the worker (PID) that answered each request.
+ACCESS_LOG = ("--access-logfile", "-", "--access-logformat", "answered-by %(p)s %(m)s %(U)s %(s)s")
+MAX_REQUESTS = 80  # fresh connections until both workers have answered (each one is checked)
+
+
+def _two_workers(spawn_server: ServerFactory) -> GunicornServer:
+    return spawn_server(workers=2, threads=2, extra_args=ACCESS_LOG)
+
+
+def _answering_workers(server: GunicornServer, method: str, path: str) -> set[str]:
+    """The worker PIDs that have answered ``method path`` so far, from the access log."""
+    pattern = re.compile(rf"answered-by <?(\d+)>? {method} {re.escape(path)} ")
+    return set(pattern.findall(server.log_text(2_000_000)))
+
+
+def _until_both_workers(
+    server: GunicornServer, method: str, path: str, request: Callable[[], None]
+) -> None:
+    """Send ``request`` (which asserts its own answer) until both workers have answered."""
+    for _ in range(MAX_REQUESTS):
+        request()
+        if len(_answering_workers(server, method, path)) == 2:
+            return
+    raise AssertionError(
+        f"{MAX_REQUESTS} fresh connections to {path} reached one worker only: "
+        f"{_answering_workers(server, method, path)}"
+    )
+
+
 def test_sign_in_throttle_holds_across_workers(spawn_server: ServerFactory) -> None:
-    server = spawn_server(workers=2, threads=2)
+    server = _two_workers(spawn_server)
     browser = requests.Session()
     for _ in range(5):
         assert _sign_in(browser, server.base_url, "wrong-password").status_code == 401
@@ -44,24 +78,29 @@ def test_sign_in_throttle_holds_across_workers(spawn_server: ServerFactory) -> N
     assert refused.status_code == 429
     assert 14 * 60 < int(refused.headers["Retry-After"]) <= 15 * 60
     assert "Try again in 15 minutes" in refused.text
-    # Still refused, whichever worker answers.
-    for _ in range(6):
+
+    def still_refused() -> None:  # the right password, whichever worker answers
         assert _sign_in(browser, server.base_url, ADMIN_PASSWORD).status_code == 429
+
+    _until_both_workers(server, "POST", "/login", still_refused)
 
 
 def test_signed_in_session_works_on_every_worker(spawn_server: ServerFactory) -> None:
-    server = spawn_server(workers=2, threads=2)
+    server = _two_workers(spawn_server)
     browser = requests.Session()
     assert _sign_in(browser, server.base_url, ADMIN_PASSWORD).status_code == 302
-    for _ in range(10):
+
+    def signed_in_page() -> None:
         page = browser.get(f"{server.base_url}/tokens", headers=FRESH, timeout=10)
         assert page.status_code == 200 and page.url.endswith("/tokens")
+
+    _until_both_workers(server, "GET", "/tokens", signed_in_page)
 
 
 def test_revoked_token_fails_at_once_on_every_worker(
     spawn_server: ServerFactory, api_token: str
 ) -> None:
-    server = spawn_server(workers=2, threads=2)
+    server = _two_workers(spawn_server)
     admin = {"Authorization": f"Bearer {api_token}", **FRESH}
     created = requests.post(
         f"{server.base_url}/api/tokens", json={"name": "doomed"}, headers=admin, timeout=10
@@ -73,7 +112,43 @@ def test_revoked_token_fails_at_once_on_every_worker(
         f"{server.base_url}/api/tokens/{created['id']}", headers=admin, timeout=10
     )
     assert revoked.status_code == 204
-    for _ in range(10):
-        answer = requests.get(f"{server.base_url}/api/voices", headers=doomed, timeout=10)
-        assert answer.status_code == 401
+    seen_before = _answering_workers(server, "GET", "/api/voices")
+
+    def refused() -> None:
+        for endpoint in ("/api/voices", "/api/jobs"):
+            answer = requests.get(f"{server.base_url}{endpoint}", headers=doomed, timeout=10)
+            assert answer.status_code == 401, (endpoint, answer.status_code)
+
+    # Both workers refuse it (the poll's one-statement path included), from the first try.
+    _until_both_workers(server, "GET", "/api/jobs", refused)
+    assert seen_before  # the token worked before
     assert requests.get(f"{server.base_url}/api/voices", headers=admin, timeout=10).ok
+
+
+@pytest.mark.parametrize(
+    ("variables", "named"),
+    [
+        ({"SPEECHBATCH_ENV": "prod"}, "SPEECHBATCH_ENV"),
+        ({"SPEECHBATCH_ENV": "production"}, "SPEECHBATCH_SECRET_KEY"),
+        ({"SPEECHBATCH_TTS_PROVIDER": "polly"}, "SPEECHBATCH_TTS_PROVIDER"),
+    ],
+)
+@pytest.mark.parametrize("command", ["gunicorn", "flask"])
+def test_bad_configuration_stops_the_process_with_one_line(
+    tmp_path: Path, variables: dict[str, str], named: str, command: str
+) -> None:
+    """gunicorn wsgi:app and the CLI refuse to start on bad configuration: exit 1 and one
+    line on stderr naming the variable (no traceback, no worker left running)."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("SPEECHBATCH_")}
+    env.update(variables, SPEECHBATCH_DATABASE_URL=f"sqlite:///{tmp_path / 'db.sqlite'}")
+    args = (
+        [str(VENV_BIN / "gunicorn"), "wsgi:app", "-b", "127.0.0.1:0"]
+        if command == "gunicorn"
+        else [str(VENV_BIN / "flask"), "--app", "wsgi", "recover"]
+    )
+    done = subprocess.run(args, cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 1, (done.returncode, done.stdout, done.stderr)
+    errors = [line for line in done.stderr.splitlines() if "configuration error" in line]
+    assert len(errors) == 1, done.stderr
+    assert errors[0].startswith("speechbatch: configuration error: " + named), errors
+    assert "Traceback" not in done.stderr + done.stdout, done.stderr

@@ -26,7 +26,7 @@ import requests
 from playwright.sync_api import expect, sync_playwright
 
 from tests.e2e.conftest import Metric
-from tests.e2e.test_browser import CHROMIUM, CHROMIUM_ARGS, play_first_audio
+from tests.e2e.test_browser import CHROMIUM, CHROMIUM_ARGS, play_first_audio, require_chromium
 from tests.support.csp import CspWatch
 from tests.support.fresh_proxy import FreshConnectionProxy
 from tests.support.server import REPO_ROOT, free_port, group_pids, wait_until
@@ -57,8 +57,7 @@ def _read(stream: object, lines: list[str]) -> None:
 @pytest.fixture(scope="module")
 def quickstart(tmp_path_factory: pytest.TempPathFactory) -> Iterator[QuickStart]:
     """``bash bin/quickstart --port N`` on a fresh clone, until it answers /healthz."""
-    if not CHROMIUM.exists():
-        pytest.skip(f"{CHROMIUM} is missing")
+    require_chromium()
     clone = tmp_path_factory.mktemp("clone") / "speechbatch"
     subprocess.run(["git", "clone", "-q", str(REPO_ROOT), str(clone)], check=True, timeout=120)
     port = free_port()

@@ -10,6 +10,7 @@ from flask.testing import FlaskClient
 from speechbatch import create_app
 from speechbatch.config import Settings
 from speechbatch.repositories import UserRecord
+from tests.conftest import close_services, services
 from tests.fakes import FakeProvider
 from tests.integration.test_pages import csrf_from, sign_in, text_of
 
@@ -30,6 +31,38 @@ def test_production_adds_hsts(settings: Settings, provider: FakeProvider) -> Non
     app = create_app(replace(settings, env="production"), provider=provider)
     headers = app.test_client().get("/login").headers
     assert headers["Strict-Transport-Security"].startswith("max-age=")
+
+
+def test_production_session_cookie_is_secure_and_http_only(
+    settings: Settings, provider: FakeProvider, admin: UserRecord
+) -> None:
+    app = create_app(replace(settings, env="production"), provider=provider)
+    try:
+        client = app.test_client()
+        client.get("/login")
+        csrf = csrf_from(client)
+        response = client.post(
+            "/login",
+            data={"email": admin.email, "password": "password-1", "csrf_token": csrf},
+        )
+        assert response.status_code == 302
+        cookie = response.headers["Set-Cookie"]
+        assert "Secure" in cookie and "HttpOnly" in cookie and "SameSite=Lax" in cookie
+    finally:
+        close_services(services(app))
+
+
+def test_development_session_cookie_is_not_marked_secure(
+    client: FlaskClient, admin: UserRecord
+) -> None:
+    """Plain http://127.0.0.1 in development: a Secure cookie would never come back."""
+    client.get("/login")
+    response = client.post(
+        "/login",
+        data={"email": admin.email, "password": "password-1", "csrf_token": csrf_from(client)},
+    )
+    assert response.status_code == 302
+    assert "Secure" not in response.headers["Set-Cookie"]
 
 
 def test_pages_have_no_inline_script_or_style(client: FlaskClient, admin: UserRecord) -> None:
