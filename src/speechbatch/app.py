@@ -111,9 +111,8 @@ def create_app(settings: Settings | None = None, *, provider: TTSProvider | None
     app.json.sort_keys = False  # type: ignore[attr-defined]
     csrf.init_app(app)
 
-    from . import metrics
     from .cli import register_cli
-    from .web import api, context, errors, pages, security
+    from .web import api, context, errors, metrics_api, pages, security
 
     app.register_blueprint(api.bp)
     csrf.exempt(api.bp)  # the API checks X-CSRFToken itself for session-authenticated writes
@@ -127,7 +126,7 @@ def create_app(settings: Settings | None = None, *, provider: TTSProvider | None
     app.register_blueprint(tokens_api.bp)
     csrf.exempt(tokens_api.bp)  # require_user checks X-CSRFToken on session writes
     app.register_blueprint(openapi.bp)
-    app.register_blueprint(metrics.bp)
+    app.register_blueprint(metrics_api.bp)
     context.init_app(app)
     errors.register(app)
     security.install(app, production=settings.is_production)

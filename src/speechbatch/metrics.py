@@ -1,4 +1,4 @@
-"""Prometheus metrics and the /metrics endpoint.
+"""Prometheus metrics (the /metrics endpoint that serves them is in web/metrics_api.py).
 
 Counters live in this process. Under gunicorn with several workers, set
 ``PROMETHEUS_MULTIPROC_DIR`` to an empty directory so that /metrics aggregates every
@@ -9,9 +9,7 @@ from __future__ import annotations
 
 import os
 
-from flask import Blueprint, Response
 from prometheus_client import (
-    CONTENT_TYPE_LATEST,
     CollectorRegistry,
     Counter,
     Histogram,
@@ -43,8 +41,6 @@ BUDGET_REFUSALS = Counter(
 )
 CANCELS = Counter("speechbatch_cancels_total", "Runs cancelled by a person")
 
-bp = Blueprint("metrics", __name__)
-
 
 def record_provider_call(status: str, seconds: float, characters: int) -> None:
     """Count one provider call, its latency and the characters it billed."""
@@ -53,15 +49,12 @@ def record_provider_call(status: str, seconds: float, characters: int) -> None:
     BILLED_CHARACTERS.labels(status=status).inc(characters)
 
 
-@bp.get("/metrics")
-def metrics() -> Response:
-    """Prometheus text exposition."""
+def exposition() -> bytes:
+    """The Prometheus text exposition of this process (every worker's in multiprocess mode)."""
     if os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
         from prometheus_client import multiprocess
 
         registry = CollectorRegistry()
         multiprocess.MultiProcessCollector(registry)
-        data = generate_latest(registry)
-    else:
-        data = generate_latest()
-    return Response(data, mimetype=CONTENT_TYPE_LATEST)
+        return generate_latest(registry)
+    return generate_latest()
