@@ -114,6 +114,30 @@ def test_a_429_with_retry_after_pauses_every_start(
     assert other_start - first_429 >= 0.9
 
 
+def test_a_429_in_one_process_pauses_the_starts_of_another(
+    settings: Settings, admin: UserRecord
+) -> None:
+    """Back off together: the pause travels through the database, not a process's memory
+    (each app has its own gate and pause cache, as two gunicorn processes do)."""
+    provider = FakeProvider()
+    shared = with_settings(settings, tts_timeout_seconds=2.0)
+    first, second = (services(create_app(shared, provider=provider)) for _ in range(2))
+    try:
+        provider.fail_texts["limited"] = rate_limited(1.0)
+        limited = _job(first, admin, "limited")
+        other = _job(second, admin, "elsewhere 1")
+        start_generation(first.uow_factory, first.settings, first.runner, admin, limited)
+        wait_for(lambda: provider.calls["limited"] >= 1)
+        first_429 = provider.started[0][1]
+        start_generation(second.uow_factory, second.settings, second.runner, admin, other)
+        wait_for(lambda: _done(second, admin, other), timeout=20)
+        other_start = next(t for text, t in provider.started if text == "elsewhere 1")
+        assert other_start - first_429 >= 0.9, other_start - first_429
+    finally:
+        for svc in (first, second):
+            close_services(svc)
+
+
 def test_the_pace_spreads_starts_evenly(
     make_svc: Callable[..., Services], admin: UserRecord, provider: FakeProvider
 ) -> None:
