@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+from alembic import command
 from alembic.autogenerate import compare_metadata
 from alembic.migration import MigrationContext
 from alembic.script import ScriptDirectory
-from sqlalchemy import inspect
+from sqlalchemy import inspect, text
 
 from speechbatch.db import make_engine
 from speechbatch.migrate import alembic_config, upgrade
@@ -46,3 +47,60 @@ def test_recovery_indexes_exist(database_url: str) -> None:
     finally:
         engine.dispose()
     assert {"ix_items_job_id_updated_at", "ix_items_job_id_status"} <= names
+
+
+def test_counters_migration_backfills_existing_jobs(database_url: str) -> None:
+    """0004 fills the new progress counters from the items already there (a job made
+    before it has the same counters as one made after)."""
+    command.downgrade(alembic_config(database_url), "0003")
+    statuses = ["DONE", "DONE", "ERROR", "PENDING", "GENERATING", "DONE"]
+    engine = make_engine(database_url, pool=False)
+    try:
+        with engine.begin() as conn:
+            org = conn.execute(
+                text("INSERT INTO organizations (slug) VALUES ('old') RETURNING id")
+            ).scalar_one()
+            user = conn.execute(
+                text(
+                    "INSERT INTO users (organization_id, email, password_hash, is_admin)"
+                    " VALUES (:org, 'old@old.test', 'x', true) RETURNING id"
+                ),
+                {"org": org},
+            ).scalar_one()
+            job_ids = []
+            for n in (len(statuses), 0):
+                job_ids.append(
+                    conn.execute(
+                        text(
+                            "INSERT INTO jobs (organization_id, created_by_id, title, voice,"
+                            " status, attempt) VALUES (:org, :user, 'old', 'alloy', 'FAILED', 1)"
+                            " RETURNING id"
+                        ),
+                        {"org": org, "user": user},
+                    ).scalar_one()
+                )
+                for position, status in enumerate(statuses[:n]):
+                    conn.execute(
+                        text(
+                            "INSERT INTO items (job_id, position, text, status)"
+                            " VALUES (:job, :position, :text, :status)"
+                        ),
+                        {"job": job_ids[-1], "position": position, "text": f"t{position}",
+                         "status": status},
+                    )  # fmt: skip
+    finally:
+        engine.dispose()
+    upgrade(database_url)
+    engine = make_engine(database_url, pool=False)
+    try:
+        with engine.connect() as conn:
+            rows = conn.execute(
+                text(
+                    "SELECT items_pending, items_generating, items_done, items_error, version"
+                    " FROM jobs WHERE id IN (:a, :b) ORDER BY id"
+                ),
+                {"a": job_ids[0], "b": job_ids[1]},
+            ).all()
+    finally:
+        engine.dispose()
+    assert [tuple(r) for r in rows] == [(1, 1, 3, 1, 1), (0, 0, 0, 0, 1)]
