@@ -41,6 +41,10 @@ TTS_TIMEOUT_SECONDS = 2.0
 TTS_MAX_ATTEMPTS = 2
 LEASE_SECONDS = 30.0
 ITEM_CONCURRENCY = 3
+# The deployment's slots are exactly one run's worth: a run killed mid-call leaves its
+# slots held by a dead worker, and the retry (or any other job) can send nothing until
+# they are reclaimed, so every crash run makes a slot holder's death part of the test.
+PROVIDER_CONCURRENCY = ITEM_CONCURRENCY
 WORKERS = 2
 THREADS = 2
 
@@ -65,6 +69,7 @@ def chaos_env(database_url: str, provider_url: str, storage_dir: Path) -> dict[s
         TTS_MAX_ATTEMPTS=TTS_MAX_ATTEMPTS,
         LEASE_SECONDS=LEASE_SECONDS,
         ITEM_CONCURRENCY=ITEM_CONCURRENCY,
+        PROVIDER_CONCURRENCY=PROVIDER_CONCURRENCY,
     )
 
 

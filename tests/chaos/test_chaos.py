@@ -42,6 +42,7 @@ from .harness import (
     AUTO_RECOVERED,
     FROZEN_RECOVERY_BUDGET,
     ITEM_CONCURRENCY,
+    PROVIDER_CONCURRENCY,
     SERVER_KILL_RECOVERY_BUDGET,
     SETTLE_TIMEOUT,
     THREADS,
@@ -439,6 +440,7 @@ def test_randomized_crash_runs(
     chaos_report.figures["knobs"] = (
         f"WORKER_DEAD={WORKER_DEAD_SECONDS:g}s TTS_TIMEOUT={TTS_TIMEOUT_SECONDS:g}s "
         f"MAX_ATTEMPTS={TTS_MAX_ATTEMPTS} ITEM_CONCURRENCY={ITEM_CONCURRENCY} "
+        f"PROVIDER_CONCURRENCY={PROVIDER_CONCURRENCY} "
         f"gunicorn {WORKERS}x{THREADS}, {N_RUNS} crash runs"
     )
     started = time.monotonic()
@@ -458,6 +460,12 @@ def test_randomized_crash_runs(
     checks = Checks(f"seed={chaos_seed} all crash runs")
     check_jobs_health(checks, ctx.db, ctx.job_ids)
     checks.check("no 5xx over all the runs", not ctx.obs.server_errors, ctx.obs.server_errors)
+    peak = fake.stats()["max_in_flight"]
+    checks.check(
+        "calls in flight never above PROVIDER_CONCURRENCY, dead holders' slots included",
+        peak <= PROVIDER_CONCURRENCY,
+        peak,
+    )
     for kind, values in sorted(ctx.recovery.items()):
         values.sort()
         chaos_report.figures[f"recovery s after {kind}"] = (
