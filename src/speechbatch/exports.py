@@ -92,10 +92,15 @@ def recover_exports(
 ) -> int:
     """Lease-expiry recovery: fail RUNNING exports whose holder stopped renewing its lock.
 
-    A busy row or database is left for a later read: a read never fails because of it.
+    A read first looks (in a reader): only when something is dead does it open a writer,
+    one that gives up on a busy row or database soon; a busy one is left for a later read.
+    A read never fails, nor takes SQLite's write lock, because of it.
     """
     try:
-        with uow_factory() as uow:
+        with uow_factory(read_only=True) as reader:
+            if not reader.exports.any_dead_export(organization_id, export_id=export_id):
+                return 0
+        with uow_factory.impatient_writer() as uow:
             recovered = uow.exports.recover_dead_exports(
                 organization_id, RECOVERED_MESSAGE, export_id=export_id
             )

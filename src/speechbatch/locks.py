@@ -416,6 +416,14 @@ class ExportRepository:
             is not None
         )
 
+    def any_dead_export(self, organization_id: int, *, export_id: int | None = None) -> bool:
+        """Whether a RUNNING export's grant expired or was released (a read: it decides
+        whether a read pays for a writing transaction at all)."""
+        found = self.session.execute(
+            select(exports.c.id).where(_dead_exports(organization_id, export_id)).limit(1)
+        ).first()
+        return found is not None
+
     def recover_dead_exports(
         self, organization_id: int, message: str, *, export_id: int | None = None
     ) -> list[int]:
@@ -424,17 +432,22 @@ class ExportRepository:
         One conditional UPDATE; a holder that renewed or completed first keeps its
         export (zero rows). Returns the ids it recovered.
         """
-        where: list[ColumnElement[bool]] = [
-            exports.c.organization_id == organization_id,
-            exports.c.status == ExportStatus.RUNNING,
-            or_(exports.c.lock_id.is_(None), ~_live(exports.c.lock_id)),
-        ]
-        if export_id is not None:
-            where.append(exports.c.id == export_id)
         recovered = self.session.execute(
             update(exports)
-            .where(and_(*where))
+            .where(_dead_exports(organization_id, export_id))
             .values(status=ExportStatus.FAILED, error_message=message, finished_at=db_now())
             .returning(exports.c.id)
         )
         return [int(row.id) for row in recovered]
+
+
+def _dead_exports(organization_id: int, export_id: int | None) -> ColumnElement[bool]:
+    """RUNNING exports of the organization (or that one) whose lock is no longer live."""
+    where: list[ColumnElement[bool]] = [
+        exports.c.organization_id == organization_id,
+        exports.c.status == ExportStatus.RUNNING,
+        or_(exports.c.lock_id.is_(None), ~_live(exports.c.lock_id)),
+    ]
+    if export_id is not None:
+        where.append(exports.c.id == export_id)
+    return and_(*where)
