@@ -245,6 +245,13 @@ class FakeRepository:
     def get_user(self, user_id: int) -> UserRecord | None:
         return self.users.get(user_id)
 
+    def set_password_hash(self, email: str, password_hash: str) -> bool:
+        user = self.get_user_by_email(email)
+        if user is None:
+            return False
+        self.users[user.id] = UserRecord(user.id, user.organization_id, email, password_hash)
+        return True
+
 
 class FakeSpending:
     """An organization without a budget: the claim's budget check passes."""

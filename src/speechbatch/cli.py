@@ -69,7 +69,8 @@ def register_cli(app: Flask) -> None:
         try:
             svc.create_admin(s.uow_factory, "demo", email, password)
         except SpeechbatchError:
-            password = "(unchanged: the demo admin exists already)"
+            # A second start on the same instance/: the printed line must still sign in.
+            svc.reset_password(s.uow_factory, email, password)
         token = accounts.create_token(s.uow_factory, email, "quickstart")
         click.echo(
             f"""

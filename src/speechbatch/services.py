@@ -88,6 +88,16 @@ def create_admin(uow_factory: UowFactory, org_slug: str, email: str, password: s
     return user_id
 
 
+def reset_password(uow_factory: UowFactory, email: str, password: str) -> None:
+    """Give an existing user a new password (the quick start's demo admin on a re-run)."""
+    if len(password) < 8:
+        raise ValidationError("the password must have at least 8 characters", field="password")
+    with uow_factory() as uow:
+        if not uow.users.set_password_hash(email.strip(), generate_password_hash(password)):
+            raise NotFound(f"no user with email {email}")
+        uow.commit()
+
+
 def get_user(
     uow_factory: UowFactory, user_id: int, *, reads: ReadScope | None = None
 ) -> UserRecord | None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Protocol
 
-from sqlalchemy import ColumnElement, func, insert, select
+from sqlalchemy import ColumnElement, func, insert, select, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
@@ -29,6 +29,7 @@ class Users(Protocol):
     def create_user(self, organization_id: int, email: str, password_hash: str) -> int | None: ...
     def get_user_by_email(self, email: str) -> UserRecord | None: ...
     def get_user(self, user_id: int) -> UserRecord | None: ...
+    def set_password_hash(self, email: str, password_hash: str) -> bool: ...
 
 
 class UsersRepository:
@@ -85,3 +86,13 @@ class UsersRepository:
     def get_user(self, user_id: int) -> UserRecord | None:
         """Find a user by id."""
         return self._user_where(users.c.id == user_id)
+
+    def set_password_hash(self, email: str, password_hash: str) -> bool:
+        """Replace a user's password hash (email case-insensitive); whether the user exists."""
+        row = self.session.execute(
+            update(users)
+            .where(func.lower(users.c.email) == email.lower())
+            .values(password_hash=password_hash)
+            .returning(users.c.id)
+        ).first()
+        return row is not None
