@@ -7,14 +7,19 @@ import json
 import threading
 import time
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from datetime import UTC, datetime
 from typing import Any, Literal, overload
 
-from speechbatch.locks import ExportRepository, LockRepository
-from speechbatch.providers.base import PermanentProviderError, RetryableProviderError
+from speechbatch.locks import Exports, Locks
+from speechbatch.providers.base import (
+    PermanentProviderError,
+    RetryableProviderError,
+    TTSProvider,
+)
 from speechbatch.read import ItemsPage, JobHead, JobPoll, ListStamp
-from speechbatch.repositories import SignInRepository, StaleJob, TokenRepository, UserRecord
+from speechbatch.repositories import Runs, SignIns, StaleJob, Tokens, UserRecord
+from speechbatch.repositories.resume import Resumes
 from speechbatch.repositories.spending import Usage
 
 
@@ -117,6 +122,8 @@ class FakeRepository:
         regenerate: bool,
         user_id: int | None,
         worker_id: int | None,
+        kind: str | None = None,
+        expected_attempt: int | None = None,
     ) -> int | None:
         self.claims.append((job_id, regenerate))
         return 1 if self.refusal == "" else None
@@ -254,20 +261,40 @@ class FakeRepository:
 
 
 class FakeSpending:
-    """An organization without a budget: the claim's budget check passes."""
+    """The ledger of organizations without a budget (so a claim's budget check passes),
+    and no stored audio: nothing is reused, no key is referenced."""
+
+    def __init__(self) -> None:
+        self.budgets: dict[str, int | None] = {}
 
     def usage(self, organization_id: int) -> Usage:
         return Usage("2026-12", 0, 0, None)
+
+    def set_budget(self, slug: str, characters: int | None) -> int | None:
+        self.budgets[slug] = characters
+        return 1
+
+    def job_items(self, job_id: int, organization_id: int) -> tuple[str, list[Any]] | None:
+        return None
+
+    def reusable_fingerprints(self, fingerprints: Iterable[str]) -> set[str]:
+        return set()
+
+    def referenced_keys(self, keys: Iterable[str]) -> set[str]:
+        return set()
 
 
 class FakeUnitOfWork:
     """A unit of work over one FakeRepository that counts commits."""
 
-    # Not used by the services under test (exports, tokens and sign-ins have integration tests).
-    exports: ExportRepository
-    locks: LockRepository
-    tokens: TokenRepository
-    sign_ins: SignInRepository
+    # Typed, never set: the services under test do not reach them (exports, locks, tokens,
+    # sign-ins, resume and the runner's moves have integration tests on both databases).
+    exports: Exports
+    locks: Locks
+    tokens: Tokens
+    sign_ins: SignIns
+    resume: Resumes
+    runs: Runs
 
     def __init__(self, repo: FakeRepository) -> None:
         self.repo = repo
@@ -325,7 +352,7 @@ class FakeRunner:
 
     def __init__(self) -> None:
         self.started: list[tuple[int, int]] = []
-        self.provider = FakeProvider()
+        self.provider: TTSProvider = FakeProvider()
 
     def worker_id(self) -> int:
         return 7

@@ -16,7 +16,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any, cast
+from typing import Any, Protocol, cast
 
 from sqlalchemy import (
     ColumnElement,
@@ -152,6 +152,16 @@ _EXPORT_COLUMNS = [
 
 def _export(row: Any) -> ExportRecord:
     return ExportRecord(**row._mapping)
+
+
+class Locks(Protocol):
+    """What the services need of the organization-level locks."""
+
+    def acquire(
+        self, organization_id: int, job_type: str, holder: str, ttl_seconds: float
+    ) -> JobLockGrant: ...
+    def renew(self, lock_id: int, holder: str, ttl_seconds: float) -> bool: ...
+    def release(self, lock_id: int) -> bool: ...
 
 
 class LockRepository:
@@ -296,6 +306,24 @@ class LockRepository:
             )
         ).first()
         return _grant(row) if row is not None else None
+
+
+class Exports(Protocol):
+    """What the services need of exports."""
+
+    def create_export(self, organization_id: int, user_id: int | None, lock_id: int) -> int: ...
+    def get_export(self, export_id: int, organization_id: int) -> ExportRecord | None: ...
+    def list_exports(self, organization_id: int, *, limit: int = 50) -> list[ExportRecord]: ...
+    def is_running(self, export_id: int, lock_id: int) -> bool: ...
+    def done_audio(self, organization_id: int) -> list[DoneAudio]: ...
+    def complete_export(
+        self, export_id: int, lock_id: int, holder: str, file_path: str
+    ) -> bool: ...
+    def fail_export(self, export_id: int, lock_id: int, message: str) -> bool: ...
+    def any_dead_export(self, organization_id: int, *, export_id: int | None = None) -> bool: ...
+    def recover_dead_exports(
+        self, organization_id: int, message: str, *, export_id: int | None = None
+    ) -> list[int]: ...
 
 
 class ExportRepository:

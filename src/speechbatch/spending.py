@@ -18,7 +18,7 @@ from .fingerprints import fingerprinter
 from .models import ItemStatus
 from .providers.base import TTSProvider
 from .repositories import UserRecord
-from .repositories.spending import SpendingRepository, Usage
+from .repositories.spending import Spending, Usage
 from .runner import Runner
 from .storage import TEMP_PREFIX, LocalStorage
 from .uow import UowFactory
@@ -60,7 +60,7 @@ def plan_calls(requests: Iterable[tuple[str, str]], existing: set[str]) -> CallP
 
 
 def _plan(
-    repo: SpendingRepository,
+    repo: Spending,
     provider: TTSProvider,
     user: UserRecord,
     job_id: int,

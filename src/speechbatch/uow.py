@@ -19,7 +19,7 @@ from typing import Any, Literal, Protocol, Self, overload
 from sqlalchemy.orm import Session, sessionmaker
 
 from .db import READ_ONLY, SHORT_LOCK_WAIT
-from .locks import ExportRepository, LockRepository
+from .locks import ExportRepository, Exports, LockRepository, Locks
 from .read import JobViews, Views
 from .repositories import (
     Jobs,
@@ -29,18 +29,23 @@ from .repositories import (
     Runs,
     RunsRepository,
     SignInRepository,
+    SignIns,
     TokenRepository,
+    Tokens,
     Users,
     UsersRepository,
     WorkersRepository,
 )
-from .repositories.resume import ResumeRepository
+from .repositories.resume import ResumeRepository, Resumes
 from .repositories.slots import SlotRepository
-from .repositories.spending import SpendingRepository
+from .repositories.spending import Spending, SpendingRepository
 
 
 class ReadUnit(Protocol):
-    """What services may use to read: repositories whose writes the database refuses."""
+    """What services may use to read: repositories whose writes the database refuses.
+
+    Every repository is seen through its Protocol (what the services need of it), which
+    the unit tests' fakes implement; the runner uses the concrete Writer."""
 
     @property
     def users(self) -> Users: ...
@@ -49,15 +54,13 @@ class ReadUnit(Protocol):
     @property
     def views(self) -> Views: ...
     @property
-    def exports(self) -> ExportRepository: ...
+    def exports(self) -> Exports: ...
     @property
-    def spending(self) -> SpendingRepository: ...
+    def spending(self) -> Spending: ...
     @property
-    def tokens(self) -> TokenRepository: ...
+    def tokens(self) -> Tokens: ...
     @property
-    def slots(self) -> SlotRepository: ...
-    @property
-    def resume(self) -> ResumeRepository: ...
+    def resume(self) -> Resumes: ...
 
     def __enter__(self) -> Self: ...
     def __exit__(
@@ -77,9 +80,9 @@ class WriteUnit(ReadUnit, Protocol):
     @property
     def runs(self) -> Runs: ...
     @property
-    def locks(self) -> LockRepository: ...
+    def locks(self) -> Locks: ...
     @property
-    def sign_ins(self) -> SignInRepository: ...
+    def sign_ins(self) -> SignIns: ...
 
     def commit(self) -> None: ...
 

@@ -9,9 +9,9 @@ from __future__ import annotations
 from .jobs import Jobs, JobsRepository
 from .recovery import Recovery, RecoveryRepository, StaleJob
 from .runs import Runs, RunsRepository, StartedItem
-from .sign_ins import AttemptCount, SignInRepository
+from .sign_ins import AttemptCount, SignInRepository, SignIns
 from .tables import audio_url
-from .tokens import TokenOwner, TokenRecord, TokenRepository
+from .tokens import TokenOwner, TokenRecord, TokenRepository, Tokens
 from .users import UserRecord, Users, UsersRepository
 from .workers import Workers, WorkersRepository
 
@@ -24,11 +24,13 @@ __all__ = [
     "Runs",
     "RunsRepository",
     "SignInRepository",
+    "SignIns",
     "StaleJob",
     "StartedItem",
     "TokenOwner",
     "TokenRecord",
     "TokenRepository",
+    "Tokens",
     "UserRecord",
     "Users",
     "UsersRepository",

@@ -11,6 +11,7 @@ conditional on the attempt read here, so a click or another process in between w
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Protocol
 
 from sqlalchemy import and_, exists, func, select
 from sqlalchemy.orm import Session
@@ -28,6 +29,12 @@ class ResumableJob:
     job_id: int
     organization_id: int
     attempt: int
+
+
+class Resumes(Protocol):
+    """What the resume tick needs: the jobs it may resume."""
+
+    def find_resumable_jobs(self, *, max_streak: int, limit: int) -> list[ResumableJob]: ...
 
 
 class ResumeRepository:

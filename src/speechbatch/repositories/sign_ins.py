@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import datetime
+from typing import Protocol
 
 from sqlalchemy import case, delete
 from sqlalchemy.dialects import postgresql, sqlite
@@ -20,6 +21,16 @@ class AttemptCount:
     attempts: int
     window_started_at: datetime
     now: datetime
+
+
+class SignIns(Protocol):
+    """What the services need of the sign-in throttle's tallies."""
+
+    def count_attempt(
+        self, email: str, client_address: str, window_seconds: float
+    ) -> AttemptCount: ...
+    def forget(self, email: str, client_address: str) -> None: ...
+    def purge_expired(self, window_seconds: float) -> None: ...
 
 
 class SignInRepository:

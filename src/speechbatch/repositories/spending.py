@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Any, cast
+from typing import Any, Protocol, cast
 
 from sqlalchemy import Table, literal, or_, select, update
 from sqlalchemy.dialects import postgresql, sqlite
@@ -70,6 +70,16 @@ class Usage:
 def _chunks(values: list[str]) -> Iterable[list[str]]:
     for start in range(0, len(values), _CHUNK):
         yield values[start : start + _CHUNK]
+
+
+class Spending(Protocol):
+    """What the services need of the ledger, budgets and stored audio."""
+
+    def usage(self, organization_id: int) -> Usage: ...
+    def set_budget(self, slug: str, characters: int | None) -> int | None: ...
+    def job_items(self, job_id: int, organization_id: int) -> tuple[str, list[Any]] | None: ...
+    def reusable_fingerprints(self, fingerprints: Iterable[str]) -> set[str]: ...
+    def referenced_keys(self, keys: Iterable[str]) -> set[str]: ...
 
 
 class SpendingRepository:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
+from typing import Any, Protocol
 
 from sqlalchemy import (
     BindParameter,
@@ -47,6 +47,16 @@ class TokenOwner:
     email: str
     password_hash: str
     last_use_is_stale: bool
+
+
+class Tokens(Protocol):
+    """What the services need of API tokens."""
+
+    def create(self, user_id: int, token_hash: str, name: str, prefix: str) -> TokenRecord: ...
+    def list_live(self, user_id: int) -> list[TokenRecord]: ...
+    def revoke(self, user_id: int, token_id: int) -> bool: ...
+    def owner_of_live(self, token_hash: str, touch_after_seconds: float) -> TokenOwner | None: ...
+    def touch_last_used(self, token_id: int, touch_after_seconds: float) -> bool: ...
 
 
 class TokenRepository:
