@@ -10,10 +10,13 @@ from typing import Any
 import pytest
 from flask.testing import FlaskClient
 
-from speechbatch import spending
+from speechbatch import create_app, spending
 from speechbatch.app import Services
 from speechbatch.repositories import UserRecord
+from speechbatch.runner import audio_key as runner_audio_key
 from speechbatch.services import create_admin, create_job, start_generation
+from speechbatch.spending import cancel_generation
+from tests.conftest import close_services, services
 from tests.fakes import FakeProvider, retryable
 from tests.helpers import LIMITS, new_job, statuses, view, wait_for
 from tests.integration.test_pages import sign_in, text_of
@@ -121,6 +124,40 @@ def test_cancel_mid_run_stops_it_and_retry_resumes_without_paying_twice(
     }  # fmt: skip
     # The ledger counts what the provider received, the discarded calls included.
     assert usage(svc, admin)["billed_characters"] == received_characters(provider)
+
+
+def test_cancel_from_another_process_discards_the_answers_in_flight_and_their_files(
+    svc: Services, admin: UserRecord
+) -> None:
+    """The cancel lands in a process that does not run the job (another gunicorn worker):
+    the runner learns it at its next fenced write, so the answers of the calls in flight
+    are stored, refused by the fence, and their files deleted; nothing else changes."""
+    provider = GatedProvider({"text 3", "text 4"})
+    svc.runner.provider = provider
+    other = services(create_app(svc.settings, provider=FakeProvider()))
+    try:
+        job_id = new_job(svc, admin, 4)
+        start_generation(svc.uow_factory, svc.settings, svc.runner, admin, job_id)
+        wait_for(
+            lambda: provider.in_flight == 2 and view(svc, admin, job_id)["progress"]["done"] == 2
+        )
+        in_flight = [i["id"] for i in view(svc, admin, job_id)["items"] if i["status"] != "DONE"]
+        cancel_generation(other.uow_factory, other.runner, admin, job_id)
+        after_answer = view(svc, admin, job_id)
+        assert after_answer["runs"][-1]["outcome"] == "CANCELLED"
+        assert statuses(after_answer) == ["DONE", "DONE", "PENDING", "PENDING"]
+
+        provider.release.set()
+        wait_for(lambda: not svc.runner.live_runs(), timeout=20)
+        assert view(svc, admin, job_id) == after_answer
+        keys = [runner_audio_key(job_id, item, 1, provider.file_extension) for item in in_flight]
+        assert not [k for k in keys if (svc.storage.root / k).exists()]
+        assert not list(svc.storage.root.rglob(".tmp-*"))
+        assert provider.total_calls() == 4
+        # The two discarded calls were paid for: the ledger says so.
+        assert usage(svc, admin)["billed_characters"] == received_characters(provider)
+    finally:
+        close_services(other)
 
 
 def test_cancel_without_a_live_run_is_refused(
