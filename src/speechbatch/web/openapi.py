@@ -110,12 +110,33 @@ SCHEMAS: dict[str, Any] = {
             "started_at": TIMESTAMP,
             "finished_at": _nullable(TIMESTAMP),
             "error_message": _nullable({"type": "string"}),
+            # Extensions of the contract's run: who started and cancelled it, what it
+            # billed (recorded before each call), and the worker (host:pid) that ran it.
+            "started_by": _nullable({"type": "string"}),
+            "cancelled_by": _nullable({"type": "string"}),
+            "billed_characters": {"type": "integer", "minimum": 0},
+            "provider_calls": {"type": "integer", "minimum": 0},
+            "worker": _nullable({"type": "string"}),
+        }
+    ),
+    # An extension: the live run's lease, and how many items wait for the deployment's
+    # provider slots or pace (so a slow job reads as alive and says why).
+    "Lease": _obj(
+        {
+            "worker": _nullable({"type": "string"}),
+            "last_progress_at": TIMESTAMP,
+            "reclaim_count": {"type": "integer", "minimum": 0},
+            "lease_seconds": {"type": "number"},
+            "worker_dead_seconds": {"type": "number"},
+            "expires_at": _nullable(TIMESTAMP),
+            "waiting_for_slot": {"type": "integer", "minimum": 0},
+            "waiting_for_pace": {"type": "integer", "minimum": 0},
         }
     ),
     "JobSummary": _obj(JOB_FIELDS),
     # `items` is left out with ?items=none.
     "Job": _obj(
-        {**JOB_FIELDS, "runs": {"type": "array", "items": _ref("Run")}},
+        {**JOB_FIELDS, "runs": {"type": "array", "items": _ref("Run")}, "lease": _ref("Lease")},
         {"items": {"type": "array", "items": _ref("Item")}},
     ),
     "JobList": _obj(
