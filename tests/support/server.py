@@ -226,6 +226,22 @@ def pid_stopped(pid: int) -> bool:
     return stat is not None and stat[0] == "T"
 
 
+def threads_stopped(pid: int) -> bool:
+    """Whether every thread of ``pid`` is stopped by a signal (a group stop is per thread)."""
+    try:
+        tids = os.listdir(f"/proc/{pid}/task")
+    except FileNotFoundError:
+        return True  # gone: it runs nothing
+    for tid in tids:
+        try:
+            raw = Path(f"/proc/{pid}/task/{tid}/stat").read_text()
+        except FileNotFoundError:
+            continue
+        if raw[raw.rfind(")") + 2 :].split()[0] not in ("T", "t"):
+            return False
+    return True
+
+
 def pid_alive(pid: int) -> bool:
     """Whether ``pid`` exists and is not a zombie."""
     stat = _stat(pid)
@@ -500,6 +516,15 @@ class GunicornServer:
         url = self.env.get("SPEECHBATCH_DATABASE_URL", "")
         for attempt in range(1, tries + 1):
             self.signal_group(signal.SIGSTOP)
+            # The signal takes effect when each thread is next scheduled: probe only once
+            # every thread of the group has stopped, or a thread that was still running
+            # could take the write lock right after a probe that found it free.
+            wait_until(
+                lambda: all(threads_stopped(p) for p in group_pids(self.pid)),
+                5,
+                interval=0.002,
+                what=f"{self.name} frozen",
+            )
             if not url.startswith("sqlite:///") or _sqlite_write_lock_free(
                 url.removeprefix("sqlite:///")
             ):
