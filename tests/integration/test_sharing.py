@@ -98,20 +98,27 @@ def test_items_waiting_for_a_slot_show_on_the_job(
     assert job["lease"]["waiting_for_slot"] == 0
 
 
+def _seconds_a_429_holds_back(
+    limited_in: Services, other_in: Services, provider: FakeProvider, admin: UserRecord
+) -> float:
+    """A 429 (Retry-After 1 s) for a job run by ``limited_in``; then a job run by
+    ``other_in``: how long after the 429 the other job's call started."""
+    provider.fail_texts["limited"] = rate_limited(1.0)
+    limited = _job(limited_in, admin, "limited")
+    other = _job(other_in, admin, "other 1")
+    start_generation(limited_in.uow_factory, limited_in.settings, limited_in.runner, admin, limited)
+    wait_for(lambda: provider.calls["limited"] >= 1)
+    first_429 = provider.started[0][1]
+    start_generation(other_in.uow_factory, other_in.settings, other_in.runner, admin, other)
+    wait_for(lambda: _done(other_in, admin, other), timeout=20)
+    return next(t for text, t in provider.started if text == "other 1") - first_429
+
+
 def test_a_429_with_retry_after_pauses_every_start(
     make_svc: Callable[..., Services], admin: UserRecord, provider: FakeProvider
 ) -> None:
     svc = make_svc(tts_timeout_seconds=2.0)
-    provider.fail_texts["limited"] = rate_limited(1.0)
-    limited = _job(svc, admin, "limited")
-    other = _job(svc, admin, "text 1")
-    start_generation(svc.uow_factory, svc.settings, svc.runner, admin, limited)
-    wait_for(lambda: provider.calls["limited"] >= 1)
-    first_429 = provider.started[0][1]
-    start_generation(svc.uow_factory, svc.settings, svc.runner, admin, other)
-    wait_for(lambda: _done(svc, admin, other), timeout=20)
-    other_start = next(t for text, t in provider.started if text == "text 1")
-    assert other_start - first_429 >= 0.9
+    assert _seconds_a_429_holds_back(svc, svc, provider, admin) >= 0.9
 
 
 def test_a_429_in_one_process_pauses_the_starts_of_another(
@@ -123,16 +130,8 @@ def test_a_429_in_one_process_pauses_the_starts_of_another(
     shared = with_settings(settings, tts_timeout_seconds=2.0)
     first, second = (services(create_app(shared, provider=provider)) for _ in range(2))
     try:
-        provider.fail_texts["limited"] = rate_limited(1.0)
-        limited = _job(first, admin, "limited")
-        other = _job(second, admin, "elsewhere 1")
-        start_generation(first.uow_factory, first.settings, first.runner, admin, limited)
-        wait_for(lambda: provider.calls["limited"] >= 1)
-        first_429 = provider.started[0][1]
-        start_generation(second.uow_factory, second.settings, second.runner, admin, other)
-        wait_for(lambda: _done(second, admin, other), timeout=20)
-        other_start = next(t for text, t in provider.started if text == "elsewhere 1")
-        assert other_start - first_429 >= 0.9, other_start - first_429
+        held_back = _seconds_a_429_holds_back(first, second, provider, admin)
+        assert held_back >= 0.9, held_back
     finally:
         for svc in (first, second):
             close_services(svc)
