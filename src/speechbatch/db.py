@@ -26,16 +26,16 @@ NAMING_CONVENTION = {
     "pk": "pk_%(table_name)s",
 }
 
-# A session that a frozen process left open must not hold a job's row for long, and a
-# read that cannot take a row quickly answers the state as it is (see recovery).
+# How long a read's recovery waits for a row (PostgreSQL's lock_timeout, for every session)
+# or for SQLite's write lock (its impatient writer): a process frozen inside a transaction
+# holds them until it wakes or dies, and a read must answer the state as it is meanwhile.
+LOCK_TIMEOUT_MS = 2000
+# A session that a frozen process left open must not hold a job's row for long.
 PG_SESSION_OPTIONS = (
-    "-c lock_timeout=2000 -c statement_timeout=30000 -c idle_in_transaction_session_timeout=10000"
+    f"-c lock_timeout={LOCK_TIMEOUT_MS} -c statement_timeout=30000"
+    " -c idle_in_transaction_session_timeout=10000"
 )
 SQLITE_BUSY_TIMEOUT_MS = 30000
-# How long a writer opened by a read (recovery on the read path) waits for SQLite's write
-# lock: PostgreSQL's lock_timeout. A process frozen inside a write transaction holds that
-# lock until it wakes or dies, and a read must answer the state as it is meanwhile.
-SQLITE_SHORT_BUSY_TIMEOUT_MS = 2000
 # Execution option of a unit of work that only reads (a deferred BEGIN on SQLite).
 READ_ONLY = "speechbatch_read_only"
 # Execution option of a writer that waits for a busy database only briefly (see above).
@@ -186,15 +186,13 @@ def _make_sqlite_immediate(engine: Engine, *, statement_reads: bool = False) -> 
     @event.listens_for(engine, "begin")
     def _begin(conn: Any) -> None:
         # A read-only unit of work never blocks on (or behind) a writer in WAL mode, and
-        # cannot write (query_only).
+        # cannot write (query_only). Both pragmas are the pooled connection's own: each is
+        # set when it differs from what the connection's last unit left (conn.info lives
+        # as long as the DBAPI connection), so a reader's query_only never reaches a
+        # writer, and the common writer sends no pragma at all.
         options = conn.get_execution_options()
-        # Both pragmas are the pooled connection's own: each is set for this unit of work
-        # when it differs from what the connection's last unit left (conn.info lives as
-        # long as the DBAPI connection), so a reader's query_only never reaches a writer
-        # and the common writer sends no pragma at all.
         read_only = 1 if options.get(READ_ONLY) else 0
-        busy_ms = SQLITE_SHORT_BUSY_TIMEOUT_MS if options.get(SHORT_LOCK_WAIT) else None
-        busy_ms = busy_ms or SQLITE_BUSY_TIMEOUT_MS
+        busy_ms = LOCK_TIMEOUT_MS if options.get(SHORT_LOCK_WAIT) else SQLITE_BUSY_TIMEOUT_MS
         if conn.info.get("query_only", 0) != read_only:
             conn.exec_driver_sql(f"PRAGMA query_only={read_only}")
             conn.info["query_only"] = read_only

@@ -72,13 +72,17 @@ def database_is_up(uow_factory: UowFactory) -> bool:
 # --- users --------------------------------------------------------------------------
 
 
+def _check_password(password: str) -> None:
+    if len(password) < 8:
+        raise ValidationError("the password must have at least 8 characters", field="password")
+
+
 def create_admin(uow_factory: UowFactory, org_slug: str, email: str, password: str) -> int:
     """Create the organization if missing and an admin user in it; return the user id."""
     org_slug, email = org_slug.strip(), email.strip()
     if not org_slug or not email or "@" not in email:
         raise ValidationError("an organization slug and a valid email are required")
-    if len(password) < 8:
-        raise ValidationError("the password must have at least 8 characters", field="password")
+    _check_password(password)
     with uow_factory() as uow:
         org_id = uow.users.get_or_create_organization(org_slug)
         user_id = uow.users.create_user(org_id, email, generate_password_hash(password))
@@ -90,8 +94,7 @@ def create_admin(uow_factory: UowFactory, org_slug: str, email: str, password: s
 
 def reset_password(uow_factory: UowFactory, email: str, password: str) -> None:
     """Give an existing user a new password (the quick start's demo admin on a re-run)."""
-    if len(password) < 8:
-        raise ValidationError("the password must have at least 8 characters", field="password")
+    _check_password(password)
     with uow_factory() as uow:
         if not uow.users.set_password_hash(email.strip(), generate_password_hash(password)):
             raise NotFound(f"no user with email {email}")

@@ -29,11 +29,16 @@ from tests.e2e.conftest import Metric
 from tests.e2e.test_browser import CHROMIUM, CHROMIUM_ARGS, play_first_audio, require_chromium
 from tests.support.csp import CspWatch
 from tests.support.fresh_proxy import FreshConnectionProxy
-from tests.support.server import REPO_ROOT, free_port, group_pids, wait_until
+from tests.support.server import (
+    API_TOKEN_LINE,
+    REPO_ROOT,
+    SIGN_IN_LINE,
+    free_port,
+    group_pids,
+    wait_until,
+)
 
 INSTALL_TIMEOUT = 600.0
-SIGN_IN = re.compile(r"^\s*sign in\s*:\s*(\S+)\s*/\s*(\S+)\s*$", re.MULTILINE)
-API_TOKEN = re.compile(r"^\s*API token\s*:\s*(\S+)\s*$", re.MULTILINE)
 
 
 @dataclass
@@ -89,7 +94,7 @@ def quickstart(tmp_path_factory: pytest.TempPathFactory) -> Iterator[QuickStart]
     try:
         wait_until(healthy, INSTALL_TIMEOUT, interval=0.5, what="quickstart healthy")
         text = "".join(output)
-        sign_in, token = SIGN_IN.search(text), API_TOKEN.search(text)
+        sign_in, token = SIGN_IN_LINE.search(text), API_TOKEN_LINE.search(text)
         assert sign_in and token, text
         yield QuickStart(
             base_url,

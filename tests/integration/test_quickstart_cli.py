@@ -3,16 +3,12 @@ prints must sign in, on the first start and on every later one on the same datab
 
 from __future__ import annotations
 
-import re
-
 import pytest
 from flask import Flask
 
 from speechbatch import accounts
 from tests.conftest import services
-
-SIGN_IN = re.compile(r"^\s*sign in\s*:\s*(\S+)\s*/\s*(\S+)\s*$", re.MULTILINE)
-API_TOKEN = re.compile(r"^\s*API token\s*:\s*(\S+)\s*$", re.MULTILINE)
+from tests.support.server import API_TOKEN_LINE, SIGN_IN_LINE
 
 
 def _quickstart(app: Flask, monkeypatch: pytest.MonkeyPatch) -> tuple[str, str, list[str]]:
@@ -22,7 +18,7 @@ def _quickstart(app: Flask, monkeypatch: pytest.MonkeyPatch) -> tuple[str, str, 
     monkeypatch.setattr("os.execvp", lambda _file, argv: served.extend(argv))
     result = app.test_cli_runner().invoke(args=["quickstart", "--port", "8765"])
     assert result.exit_code == 0, result.output
-    sign_in, token = SIGN_IN.search(result.output), API_TOKEN.search(result.output)
+    sign_in, token = SIGN_IN_LINE.search(result.output), API_TOKEN_LINE.search(result.output)
     assert sign_in and token, result.output
     answer = app.test_client().get("/api/voices", headers={"Authorization": f"Bearer {token[1]}"})
     assert answer.status_code == 200, answer.get_data(as_text=True)

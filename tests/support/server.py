@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 import shutil
 import signal
 import socket
@@ -38,6 +39,9 @@ import requests
 T = TypeVar("T")
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
+# The quick start's lines that people and tests read the demo admin and token from.
+SIGN_IN_LINE = re.compile(r"^\s*sign in\s*:\s*(\S+)\s*/\s*(\S+)\s*$", re.MULTILINE)
+API_TOKEN_LINE = re.compile(r"^\s*API token\s*:\s*(\S+)\s*$", re.MULTILINE)
 VENV_BIN = REPO_ROOT / ".venv" / "bin"
 PG_ADMIN_DSN = os.environ.get(
     "SPEECHBATCH_TEST_PG_DSN", "postgresql://postgres@127.0.0.1:5432/postgres"

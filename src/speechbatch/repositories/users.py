@@ -81,7 +81,7 @@ class UsersRepository:
 
     def get_user_by_email(self, email: str) -> UserRecord | None:
         """Find a user by email (case-insensitive)."""
-        return self._user_where(func.lower(users.c.email) == email.lower())
+        return self._user_where(_email_is(email))
 
     def get_user(self, user_id: int) -> UserRecord | None:
         """Find a user by id."""
@@ -91,8 +91,13 @@ class UsersRepository:
         """Replace a user's password hash (email case-insensitive); whether the user exists."""
         row = self.session.execute(
             update(users)
-            .where(func.lower(users.c.email) == email.lower())
+            .where(_email_is(email))
             .values(password_hash=password_hash)
             .returning(users.c.id)
         ).first()
         return row is not None
+
+
+def _email_is(email: str) -> ColumnElement[bool]:
+    """The user's email, compared without regard to case."""
+    return func.lower(users.c.email) == email.lower()
