@@ -6,10 +6,11 @@ never a web server's, so several machines with skewed clocks agree.
 
 from __future__ import annotations
 
+import time
 from datetime import UTC, datetime
 from typing import Any
 
-from sqlalchemy import DateTime, Engine, MetaData, create_engine, event, literal
+from sqlalchemy import DateTime, Engine, MetaData, create_engine, event, exc, literal
 from sqlalchemy.engine import Dialect
 from sqlalchemy.ext.compiler import compiles
 from sqlalchemy.orm import DeclarativeBase, sessionmaker
@@ -36,6 +37,9 @@ PG_SESSION_OPTIONS = (
     " -c idle_in_transaction_session_timeout=10000"
 )
 SQLITE_BUSY_TIMEOUT_MS = 30000
+# A pooled PostgreSQL connection is pinged at checkout only when it sat unused in the pool
+# longer than this (see _ping_after_idle).
+PING_AFTER_IDLE_SECONDS = 1.0
 # Execution option of a unit of work that only reads (a deferred BEGIN on SQLite).
 READ_ONLY = "speechbatch_read_only"
 # Execution option of a writer that waits for a busy database only briefly (see above).
@@ -146,7 +150,6 @@ def make_engine(url: str, *, pool: bool = True, statement_reads: bool = False) -
         options += " -c default_transaction_read_only=on"
         kwargs["isolation_level"] = "AUTOCOMMIT"
     kwargs["connect_args"] = {"options": options}
-    kwargs["pool_pre_ping"] = True
     if pool and statement_reads:
         # Only request threads read through it (the runner's transactions do not).
         kwargs.update(pool_size=4, max_overflow=8, pool_timeout=10)
@@ -154,7 +157,36 @@ def make_engine(url: str, *, pool: bool = True, statement_reads: bool = False) -
         kwargs.update(pool_size=10, max_overflow=20, pool_timeout=10)
     else:
         kwargs["poolclass"] = NullPool
-    return create_engine(url, **kwargs)
+    engine = create_engine(url, **kwargs)
+    _ping_after_idle(engine)
+    return engine
+
+
+def _ping_after_idle(engine: Engine) -> None:
+    """Ping a pooled connection at checkout only when it was idle for a while.
+
+    ``pool_pre_ping`` pings at every checkout: one round trip more for each of a run's
+    short transactions (four per item, a fifth of the driver calls). A connection given
+    back a moment ago has just worked; one that waited in the pool may have been cut by
+    a database restart, and is pinged (a failed ping makes the pool connect afresh).
+    What this leaves: a restart within the last second breaks the first statement on a
+    connection used just before it; that statement fails with OperationalError, which
+    the runner retries and SQLAlchemy answers by invalidating the pool.
+    """
+
+    @event.listens_for(engine, "checkin")
+    def _checkin(dbapi_connection: Any, connection_record: Any) -> None:
+        connection_record.info["checked_in_at"] = time.monotonic()
+
+    @event.listens_for(engine, "checkout")
+    def _checkout(dbapi_connection: Any, connection_record: Any, connection_proxy: Any) -> None:
+        checked_in_at = connection_record.info.pop("checked_in_at", None)
+        if checked_in_at is None or time.monotonic() - checked_in_at < PING_AFTER_IDLE_SECONDS:
+            return  # a new connection, or one that has just worked
+        try:
+            engine.dialect.do_ping(dbapi_connection)
+        except Exception as error:
+            raise exc.DisconnectionError(f"stale pooled connection: {error}") from error
 
 
 def _make_sqlite_immediate(engine: Engine, *, statement_reads: bool = False) -> None:
