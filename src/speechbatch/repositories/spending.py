@@ -8,11 +8,12 @@ serialize on that row and can never overshoot.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any, Protocol, cast
 
-from sqlalchemy import Table, literal, or_, select, update
+from sqlalchemy import Integer, Table, bindparam, literal, or_, select, update
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.ext.compiler import compiles
 from sqlalchemy.orm import Session
@@ -88,13 +89,6 @@ class SpendingRepository:
     def __init__(self, session: Session) -> None:
         self.session = session
 
-    def _budget_of(self, organization_id: int) -> Any:
-        return (
-            select(organizations.c.budget_characters)
-            .where(organizations.c.id == organization_id)
-            .scalar_subquery()
-        )
-
     def reserve_characters(self, organization_id: int, characters: int) -> bool:
         """Compare-and-set: bill ``characters`` and one provider call to this month.
 
@@ -103,43 +97,14 @@ class SpendingRepository:
         guard is on the row being updated, which PostgreSQL re-checks on its newest
         version and SQLite writes under its one write lock. False: it does not fit.
         """
-        budget = self._budget_of(organization_id)
-        insert_fn = (
-            postgresql.insert
-            if self.session.get_bind().dialect.name == "postgresql"
-            else sqlite.insert
-        )
-        n = literal(characters)
-        source = select(literal(organization_id), db_month(), n, literal(1)).where(
-            or_(budget.is_(None), n <= budget)
-        )
-        upsert = insert_fn(usage_months).from_select(
-            ["organization_id", "month", "billed_characters", "provider_calls"], source
-        )
-        stmt = upsert.on_conflict_do_update(
-            index_elements=[usage_months.c.organization_id, usage_months.c.month],
-            set_={
-                "billed_characters": usage_months.c.billed_characters
-                + upsert.excluded.billed_characters,
-                "provider_calls": usage_months.c.provider_calls + 1,
-            },
-            where=or_(
-                budget.is_(None),
-                usage_months.c.billed_characters + upsert.excluded.billed_characters <= budget,
-            ),
-        ).returning(usage_months.c.id)
-        return self.session.execute(stmt).first() is not None
+        statement = _billing_statements(self.session.get_bind().dialect.name)["reserve"]
+        params = {"p_org": organization_id, "p_n": characters}
+        return self.session.execute(statement, params).first() is not None
 
     def record_run_billing(self, job_id: int, attempt: int, characters: int) -> None:
         """Add one provider call of ``characters`` to the run's share of the ledger."""
-        self.session.execute(
-            update(runs)
-            .where(runs.c.job_id == job_id, runs.c.attempt == attempt)
-            .values(
-                billed_characters=runs.c.billed_characters + characters,
-                provider_calls=runs.c.provider_calls + 1,
-            )
-        )
+        statement = _billing_statements(self.session.get_bind().dialect.name)["run"]
+        self.session.execute(statement, {"p_job": job_id, "p_attempt": attempt, "p_n": characters})
 
     def refund_characters(
         self, organization_id: int, job_id: int, attempt: int, characters: int
@@ -261,3 +226,47 @@ class SpendingRepository:
         return (
             self.session.execute(select(items.c.id).where(items.c.audio_path == key).limit(1))
         ).first() is not None
+
+
+@functools.cache
+def _billing_statements(dialect: str) -> dict[str, Any]:
+    """The two statements every sent call runs, built once per dialect: they run while
+    the item's start holds its job's row, so building them per call would lengthen that."""
+    organization_id = bindparam("p_org", type_=Integer)
+    n = bindparam("p_n", type_=Integer)
+    budget = (
+        select(organizations.c.budget_characters)
+        .where(organizations.c.id == organization_id)
+        .scalar_subquery()
+    )
+    insert_fn = postgresql.insert if dialect == "postgresql" else sqlite.insert
+    source = select(organization_id, db_month(), n, literal(1)).where(
+        or_(budget.is_(None), n <= budget)
+    )
+    upsert = insert_fn(usage_months).from_select(
+        ["organization_id", "month", "billed_characters", "provider_calls"], source
+    )
+    reserve = upsert.on_conflict_do_update(
+        index_elements=[usage_months.c.organization_id, usage_months.c.month],
+        set_={
+            "billed_characters": usage_months.c.billed_characters
+            + upsert.excluded.billed_characters,
+            "provider_calls": usage_months.c.provider_calls + 1,
+        },
+        where=or_(
+            budget.is_(None),
+            usage_months.c.billed_characters + upsert.excluded.billed_characters <= budget,
+        ),
+    ).returning(usage_months.c.id)
+    run = (
+        update(runs)
+        .where(
+            runs.c.job_id == bindparam("p_job", type_=Integer),
+            runs.c.attempt == bindparam("p_attempt", type_=Integer),
+        )
+        .values(
+            billed_characters=runs.c.billed_characters + n,
+            provider_calls=runs.c.provider_calls + 1,
+        )
+    )
+    return {"reserve": reserve, "run": run}
