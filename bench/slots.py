@@ -51,6 +51,8 @@ CONTENTION_HEADER = ["backend", "alone p50 ms", "contended p50", "contended p99"
 class _Unlimited:
     """A holder that takes nothing: calls go straight to the provider."""
 
+    grant = None
+
     def acquire(self) -> None:
         pass
 
@@ -63,6 +65,9 @@ class _Unlimited:
 
 class UnlimitedGate(ProviderGate):
     """The runner without deployment-wide slots or pace (the baseline)."""
+
+    def try_within(self, *args: Any, **kwargs: Any) -> None:
+        return None
 
     @contextlib.contextmanager
     def holding(self, *args: Any, **kwargs: Any) -> Iterator[Any]:

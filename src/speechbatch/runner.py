@@ -30,7 +30,7 @@ from .fingerprints import fingerprinter
 from .providers.base import ProviderError, TTSProvider
 from .providers.retry import synthesize_with_retries
 from .repositories.runs import FinishedItem, StartedItem
-from .repositories.slots import SlotRepository
+from .repositories.slots import SlotGrant, SlotRepository
 from .slots import CallNotStarted, Holder, ProviderGate
 from .storage import LocalStorage
 from .uow import SessionUowFactory, Writer
@@ -203,6 +203,9 @@ class Runner:
 
     def _run(self, run: _Run) -> None:
         try:
+            # Registered before any item: an item's start takes its slot as this worker,
+            # inside a transaction that must not open another one to register it.
+            self.worker_id()
             plan = self._tx(lambda uow: uow.runs.run_plan(run.job_id, run.attempt))
             run.voice, run.organization_id = plan.voice, plan.organization_id
             run.regenerate = plan.regenerate
@@ -312,9 +315,11 @@ class Runner:
         Raises BudgetExceeded, which rolls the transaction back, when it does not fit.
         """
         spending = uow.spending
+        spending.record_run_billing(run.job_id, run.attempt, characters)
+        # Last: the month's row is the organization's, shared by all its runs; its lock
+        # is held from here to the commit only.
         if not spending.reserve_characters(run.organization_id, characters):
             raise BudgetExceeded()
-        spending.record_run_billing(run.job_id, run.attempt, characters)
 
     def _over_budget(self, run: _Run, item_id: int, characters: int) -> None:
         """Stop starting items: the organization's budget cannot pay for this call."""
@@ -434,14 +439,15 @@ class Runner:
 
         One fenced transaction starts it, looks its fingerprint up (never for a
         regenerate) and either shares the audio found or reserves and records the
-        call's characters; the call runs with no transaction open; a second fenced
-        transaction finishes it.
+        call's characters and takes a free provider slot; the call runs with no
+        transaction open; a second fenced transaction finishes it and gives the slot back.
         """
         characters = len(text)
         lookup = None if run.regenerate else fingerprint
 
-        def start(uow: Writer) -> StartedItem | None:
-            # Answers with reusable_item_id set only when the audio was shared.
+        def start(uow: Writer) -> tuple[StartedItem, SlotGrant | None] | None:
+            # Answers with reusable_item_id set only when the audio was shared, and with
+            # the slot this transaction took for the call (None: it waits for one).
             runs = uow.runs
             started = runs.start_item(run.job_id, run.attempt, item_id, reuse_fingerprint=lookup)
             if started is None:
@@ -450,19 +456,22 @@ class Runner:
             if source is not None and runs.reuse_audio(
                 run.job_id, run.attempt, item_id, source, fingerprint
             ):
-                return started
+                return started, None
+            # After the job's row: the lock order of the finish (job, item, slot).
+            slot = self.gate.try_within(uow.slots, run.job_id, run.attempt)
             self._bill(run, uow, characters)
-            return replace(started, reusable_item_id=None)
+            return replace(started, reusable_item_id=None), slot
 
         try:
-            started = self._fenced_tx(run, start)
+            answer = self._fenced_tx(run, start)
         except BudgetExceeded:
             self._over_budget(run, item_id, characters)
             return False
-        if started is None:
+        if answer is None:
             # Either fenced or the item is no longer PENDING; the fence tells which.
             self._fence(run)
             return False
+        started, slot = answer
         if started.reusable_item_id is not None:
             self._reused(run, item_id, started.reusable_item_id)
             return True
@@ -475,18 +484,9 @@ class Runner:
                 lambda: run.fenced.is_set() or self.draining,
                 lambda reason, delta: self._count_waiting(run, reason, delta),
                 lambda: self._keep_fence(run),
+                granted=slot,
             ) as holder:
-                audio = synthesize_with_retries(
-                    holder.provider(self.provider),
-                    text,
-                    run.voice,
-                    max_attempts=self.settings.tts_max_attempts,
-                    timeout_seconds=self.settings.tts_timeout_seconds,
-                    before_attempt=lambda n: self._before_call(run, holder, n, characters),
-                    on_result=lambda status, seconds: metrics.record_provider_call(
-                        status, seconds, characters
-                    ),
-                )
+                return self._send(run, holder, item_id, text, fingerprint, started)
         except CallNotStarted:
             # The run began to stop (drain, cancel) while this item waited for a slot or
             # the pace: it goes back to PENDING unsent, for the next run.
@@ -500,12 +500,32 @@ class Runner:
             if not self._tx(lambda uow: uow.runs.return_item(run.job_id, run.attempt, item_id)):
                 raise Fenced() from None
             return False
+
+    def _send(
+        self, run: _Run, holder: Holder, item_id: int, text: str, fingerprint: str,
+        started: StartedItem,
+    ) -> bool:  # fmt: skip
+        """Call the provider for a started item, store its audio and finish it (giving
+        its slot back in the finish's transaction); whether it ended DONE."""
+        characters = len(text)
+        try:
+            audio = synthesize_with_retries(
+                holder.provider(self.provider),
+                text,
+                run.voice,
+                max_attempts=self.settings.tts_max_attempts,
+                timeout_seconds=self.settings.tts_timeout_seconds,
+                before_attempt=lambda n: self._before_call(run, holder, n, characters),
+                on_result=lambda status, seconds: metrics.record_provider_call(
+                    status, seconds, characters
+                ),
+            )
         except ProviderError as exc:
             log.warning(
                 "provider failure job=%s attempt=%s item=%s status=%s: %s",
                 run.job_id, run.attempt, item_id, exc.status, exc.message,
             )  # fmt: skip
-            self._finish(run, item_id, error_message=exc.message)
+            self._finish(run, item_id, holder, error_message=exc.message)
             return False
         if run.fenced.is_set():
             # Cancelled (or superseded) while the call was in flight: its answer is discarded.
@@ -514,7 +534,9 @@ class Runner:
         try:
             self.storage.write(key, audio)
         except OSError as exc:
-            self._finish(run, item_id, error_message=f"could not store audio: {exc.strerror}")
+            self._finish(
+                run, item_id, holder, error_message=f"could not store audio: {exc.strerror}"
+            )
             return False
         replaced = started.previous_audio_path
         replaced = replaced if replaced != key else None
@@ -522,6 +544,7 @@ class Runner:
             finished = self._finish(
                 run,
                 item_id,
+                holder,
                 audio_path=key,
                 audio_bytes=len(audio),
                 audio_sha256=hashlib.sha256(audio).hexdigest(),
@@ -540,6 +563,7 @@ class Runner:
         self,
         run: _Run,
         item_id: int,
+        holder: Holder,
         *,
         audio_path: str | None = None,
         audio_bytes: int | None = None,
@@ -548,9 +572,12 @@ class Runner:
         replaced_audio_path: str | None = None,
         error_message: str | None = None,
     ) -> FinishedItem:
-        finished = self._fenced_tx(
-            run,
-            lambda uow: uow.runs.finish_item(
+        """Fenced: move the item to DONE or ERROR and, in the same transaction, give back
+        the slot its call still holds (after the job's row: the start's lock order)."""
+        slot = holder.grant
+
+        def finish(uow: Writer) -> FinishedItem:
+            finished = uow.runs.finish_item(
                 run.job_id,
                 run.attempt,
                 item_id,
@@ -560,8 +587,15 @@ class Runner:
                 fingerprint=fingerprint,
                 replaced_audio_path=replaced_audio_path,
                 error_message=error_message,
-            ),
-        )
+            )
+            if slot is not None:
+                # Fenced by the grant's token, whether or not the finish won.
+                uow.slots.release_slot(slot)
+            return finished
+
+        finished = self._fenced_tx(run, finish)
+        if slot is not None:
+            holder.released_within(slot)
         if not finished:
             raise Fenced()
         return finished

@@ -2,8 +2,11 @@
 
 Before each provider call a run's thread takes a slot (one compare-and-set statement,
 see ``repositories/slots.py``) and, with ``PROVIDER_RPM`` set, books a start time on the
-pace row; the slot is released when the call returns. Each step is its own short
-transaction: nothing is held across the call but the slot row's lease, which a dead
+pace row; the slot is released when the call ends. When a slot is free, the item's own
+start transaction takes it (``try_within``) and its finish transaction gives it back,
+so the common item pays no transaction for its slot; a failed call gives it back at
+once, and an item that must wait for a slot (or is retried) takes one in a transaction
+of its own. Nothing is held across the call but the slot row's lease, which a dead
 process loses by ceasing to heartbeat. A 429 with Retry-After pushes the pace row
 forward, pausing new starts across the deployment.
 
@@ -69,18 +72,31 @@ class ProviderGate:
         """A slot held longer than any call lasts lost its release: it counts as free."""
         return self.settings.tts_timeout_seconds + self.settings.worker_dead_seconds + 5.0
 
-    def _try_acquire(self, job_id: int, attempt: int) -> SlotGrant | None:
-        worker_id = self._worker_id()
-        return self._tx(
-            lambda slots: slots.acquire_slot(
-                worker_id,
-                job_id,
-                attempt,
-                capacity=self.settings.provider_concurrency,
-                worker_dead_seconds=self.settings.worker_dead_seconds,
-                max_hold_seconds=self.max_hold_seconds,
-            )
+    def _acquire_slot(self, slots: SlotRepository, job_id: int, attempt: int) -> SlotGrant | None:
+        return slots.acquire_slot(
+            self._worker_id(),
+            job_id,
+            attempt,
+            capacity=self.settings.provider_concurrency,
+            worker_dead_seconds=self.settings.worker_dead_seconds,
+            max_hold_seconds=self.max_hold_seconds,
         )
+
+    def _try_acquire(self, job_id: int, attempt: int) -> SlotGrant | None:
+        return self._tx(lambda slots: self._acquire_slot(slots, job_id, attempt))
+
+    def try_within(self, slots: SlotRepository, job_id: int, attempt: int) -> SlotGrant | None:
+        """One try for a slot inside the caller's transaction (an item's start), so that
+        an item whose slot is free costs no transaction of its own; None when none is
+        free, and without asking when a thread of this process already waits for one
+        (it is ahead in line: the caller then waits its turn through ``holding``).
+
+        The caller's transaction holds the job's row; the statement does not wait for a
+        slot, at most for another acquirer's commit of the same number.
+        """
+        if self._heads:
+            return None
+        return self._acquire_slot(slots, job_id, attempt)
 
     def release(self, grant: SlotGrant) -> None:
         """Give the slot back (fenced by its token) and wake this process's waiters."""
@@ -89,8 +105,13 @@ class ProviderGate:
         except Exception:
             # The slot comes back anyway after max_hold_seconds.
             log.exception("could not release provider slot %s", grant.slot)
+        self.released()
+
+    def released(self) -> None:
+        """A slot was given back (here or in a caller's committed transaction): wake this
+        process's waiters, every job's poller may ask again."""
         with self._released:
-            self._released.notify_all()  # every job's poller may ask again
+            self._released.notify_all()
 
     def pause(self, seconds: float) -> None:
         """Pause new starts across the deployment for ``seconds`` (a 429's Retry-After)."""
@@ -145,13 +166,16 @@ class ProviderGate:
         stopping: Callable[[], bool],
         count_waiting: WaitCounter,
         keep_fence: Callable[[], None],
+        granted: SlotGrant | None = None,
     ) -> Iterator[Holder]:
         """A holder that takes a slot before each call of one item and always gives it back.
 
         ``keep_fence`` runs between tries while waiting: it raises Fenced once the run
         was declared dead, cancelled or superseded (a refused slot does not say why).
+        ``granted`` is a slot the item's start already took (``try_within``).
         """
         holder = Holder(self, job_id, attempt, stopping, count_waiting, keep_fence)
+        holder._grant = granted
         try:
             yield holder
         finally:
@@ -260,26 +284,41 @@ class Holder:
         self.keep_fence = keep_fence
         self._count_waiting = count_waiting
         self._grant: SlotGrant | None = None
+        # Whether the held slot's call may start: the pace and any 429 pause waited for.
+        self._paced = False
 
     def acquire(self) -> None:
         """Wait for a slot and the pace; raise CallNotStarted when the run stops meanwhile."""
-        if self._grant is not None:
+        if self._grant is not None and self._paced:
             return
         waiting = _Waiting(self._count_waiting)
         try:
-            self._grant = self._gate._acquire(self, waiting)
+            if self._grant is None:
+                self._grant = self._gate._acquire(self, waiting)
             self._gate._wait_for_pace(self.stopping, waiting)
+            self._paced = True
         except BaseException:
             self.release()
             raise
         finally:
             waiting.done()
 
+    @property
+    def grant(self) -> SlotGrant | None:
+        """The slot held now, if any."""
+        return self._grant
+
     def release(self) -> None:
         """Give the slot back, if one is held."""
-        grant, self._grant = self._grant, None
+        grant, self._grant, self._paced = self._grant, None, False
         if grant is not None:
             self._gate.release(grant)
+
+    def released_within(self, grant: SlotGrant) -> None:
+        """The caller's committed transaction gave ``grant`` back (the item's finish)."""
+        if self._grant == grant:
+            self._grant, self._paced = None, False
+        self._gate.released()
 
     def provider(self, inner: TTSProvider) -> TTSProvider:
         """``inner`` whose every call gives the slot back when it returns (429: pause all)."""
@@ -299,6 +338,10 @@ class _SlotProvider:
         self.file_extension = inner.file_extension
 
     def synthesize(self, text: str, voice: str) -> bytes:
+        # A call that returns audio keeps its slot until the item's finish, whose
+        # transaction gives it back (no transaction of its own); the holder's context
+        # gives it back if the item ends any other way. A failed call gives it back now:
+        # a retry waits (backoff) and takes a slot again.
         try:
             return self._inner.synthesize(text, voice)
         except RetryableProviderError as exc:
@@ -307,9 +350,11 @@ class _SlotProvider:
                 # one fails that item as rate-limited and must not stall every other job.
                 gate = self._holder._gate
                 gate.pause(min(exc.retry_after, gate.settings.tts_timeout_seconds))
-            raise
-        finally:
             self._holder.release()
+            raise
+        except BaseException:
+            self._holder.release()
+            raise
 
 
 def _sleep(seconds: float, stopping: Callable[[], bool]) -> None:

@@ -3,15 +3,20 @@
 from __future__ import annotations
 
 import itertools
+import threading
+import time
 from collections.abc import Callable, Iterator
+from typing import Any
 
 import pytest
+from sqlalchemy import event, select
 
 from speechbatch import create_app
 from speechbatch.app import Services
 from speechbatch.config import Settings
+from speechbatch.models import ProviderSlot
 from speechbatch.repositories import UserRecord
-from speechbatch.repositories.slots import SlotGrant
+from speechbatch.repositories.slots import SlotGrant, SlotRepository
 from speechbatch.services import create_job, get_job, start_generation
 from speechbatch.spending import cancel_generation
 from tests.conftest import close_services, services, with_settings
@@ -201,3 +206,63 @@ def test_the_job_page_says_items_wait_for_a_slot(
         assert "1 waiting for a provider slot (shared by every job)" in page
     finally:
         close_services(svc)
+
+
+def select_live_slots() -> Any:
+    """The slots held now (not released), with their job."""
+    return select(ProviderSlot.job_id).where(ProviderSlot.released_at.is_(None))
+
+
+def test_an_item_with_a_free_slot_takes_and_returns_it_within_its_own_two_transactions(
+    make_svc: Callable[..., Services],
+    admin: UserRecord,
+    provider: FakeProvider,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The common item pays no transaction for its slot: its start takes it, its finish
+    gives it back. Each call holds a slot of its job; none is held once the run is over."""
+    svc = make_svc(item_concurrency=1)
+    engine = svc.uow_factory.session_factory.kw["bind"]
+    commits: list[str] = []
+    held_during_calls: list[list[int]] = []
+
+    def count(conn: object) -> None:
+        if threading.current_thread().name.startswith("speechbatch-job-"):
+            commits.append(threading.current_thread().name)
+
+    inner = provider.synthesize
+
+    def synthesize(text: str, voice: str) -> bytes:
+        with svc.uow_factory(read_only=True) as uow:
+            held_during_calls.append(
+                [row.job_id for row in uow.session.execute(select_live_slots()).all()]
+            )
+        return inner(text, voice)
+
+    provider.synthesize = synthesize  # type: ignore[method-assign]
+    # The one other transaction an item may run: a read of the deployment's 429 pause,
+    # at most once per PAUSE_CACHE_SECONDS per process.
+    pause_reads: list[float] = []
+    read_pause = SlotRepository.paused_for
+
+    def paused_for(self: SlotRepository) -> float:
+        pause_reads.append(time.monotonic())
+        return read_pause(self)
+
+    monkeypatch.setattr(SlotRepository, "paused_for", paused_for)
+    items = 5
+    job_id = _job(svc, admin, *(f"item {i}" for i in range(items)))
+    event.listen(engine, "commit", count)
+    try:
+        start_generation(svc.uow_factory, svc.settings, svc.runner, admin, job_id)
+        wait_for(lambda: _done(svc, admin, job_id), timeout=20)
+        wait_for(lambda: not svc.runner.live_runs())
+    finally:
+        event.remove(engine, "commit", count)
+    assert view(svc, admin, job_id)["status"] == "COMPLETED"
+    assert held_during_calls == [[job_id]] * items
+    # Per item a start and a finish; per run its plan and its end.
+    assert 1 <= len(pause_reads) <= 2
+    assert len(commits) == 2 * items + 2 + len(pause_reads)
+    with svc.uow_factory(read_only=True) as uow:
+        assert uow.slots.slots_in_flight(worker_dead_seconds=30, max_hold_seconds=300) == 0
