@@ -502,9 +502,14 @@ class Runner:
             return False
 
     def _send(
-        self, run: _Run, holder: Holder, item_id: int, text: str, fingerprint: str,
+        self,
+        run: _Run,
+        holder: Holder,
+        item_id: int,
+        text: str,
+        fingerprint: str,
         started: StartedItem,
-    ) -> bool:  # fmt: skip
+    ) -> bool:
         """Call the provider for a started item, store its audio and finish it (giving
         its slot back in the finish's transaction); whether it ended DONE."""
         characters = len(text)

@@ -174,8 +174,7 @@ class ProviderGate:
         was declared dead, cancelled or superseded (a refused slot does not say why).
         ``granted`` is a slot the item's start already took (``try_within``).
         """
-        holder = Holder(self, job_id, attempt, stopping, count_waiting, keep_fence)
-        holder._grant = granted
+        holder = Holder(self, job_id, attempt, stopping, count_waiting, keep_fence, granted)
         try:
             yield holder
         finally:
@@ -276,6 +275,7 @@ class Holder:
         stopping: Callable[[], bool],
         count_waiting: WaitCounter,
         keep_fence: Callable[[], None],
+        granted: SlotGrant | None = None,
     ) -> None:
         self._gate = gate
         self.job_id = job_id
@@ -283,7 +283,7 @@ class Holder:
         self.stopping = stopping
         self.keep_fence = keep_fence
         self._count_waiting = count_waiting
-        self._grant: SlotGrant | None = None
+        self._grant = granted
         # Whether the held slot's call may start: the pace and any 429 pause waited for.
         self._paced = False
 
@@ -321,7 +321,7 @@ class Holder:
         self._gate.released()
 
     def provider(self, inner: TTSProvider) -> TTSProvider:
-        """``inner`` whose every call gives the slot back when it returns (429: pause all)."""
+        """``inner`` whose failed calls give the slot back at once (429: pause all)."""
         return _SlotProvider(inner, self)
 
 
@@ -344,15 +344,12 @@ class _SlotProvider:
         # a retry waits (backoff) and takes a slot again.
         try:
             return self._inner.synthesize(text, voice)
-        except RetryableProviderError as exc:
-            if exc.status == 429 and exc.retry_after:
+        except BaseException as exc:
+            if isinstance(exc, RetryableProviderError) and exc.status == 429 and exc.retry_after:
                 # Capped at the call timeout, the longest wait an item accepts: a longer
                 # one fails that item as rate-limited and must not stall every other job.
                 gate = self._holder._gate
                 gate.pause(min(exc.retry_after, gate.settings.tts_timeout_seconds))
-            self._holder.release()
-            raise
-        except BaseException:
             self._holder.release()
             raise
 
