@@ -314,11 +314,9 @@ class Runner:
 
         Raises BudgetExceeded, which rolls the transaction back, when it does not fit.
         """
-        spending = uow.spending
-        spending.record_run_billing(run.job_id, run.attempt, characters)
         # Last: the month's row is the organization's, shared by all its runs; its lock
         # is held from here to the commit only.
-        if not spending.reserve_characters(run.organization_id, characters):
+        if not uow.spending.bill_call(run.organization_id, run.job_id, run.attempt, characters):
             raise BudgetExceeded()
 
     def _over_budget(self, run: _Run, item_id: int, characters: int) -> None:

@@ -45,6 +45,21 @@ def _job(svc: Services, user: UserRecord, *texts: str) -> int:
     return create_job(svc.uow_factory, user, "job", "alloy", list(texts), LIMITS)
 
 
+def _run_listening(
+    svc: Services, user: UserRecord, job_id: int, name: str, listener: Callable[..., None]
+) -> None:
+    """Generate the job to its end with ``listener`` on the engine's event ``name``."""
+    engine = svc.uow_factory.session_factory.kw["bind"]
+    event.listen(engine, name, listener)
+    try:
+        start_generation(svc.uow_factory, svc.settings, svc.runner, user, job_id)
+        wait_for(lambda: _done(svc, user, job_id), timeout=20)
+        wait_for(lambda: not svc.runner.live_runs())
+    finally:
+        event.remove(engine, name, listener)
+    assert view(svc, user, job_id)["status"] == "COMPLETED"
+
+
 def _hold_the_only_slot_elsewhere(svc: Services, user: UserRecord) -> SlotGrant:
     """Another (live) process runs a job that holds the deployment's only slot."""
     blocker = _job(svc, user, "blocker")
@@ -222,7 +237,6 @@ def test_an_item_with_a_free_slot_takes_and_returns_it_within_its_own_two_transa
     """The common item pays no transaction for its slot: its start takes it, its finish
     gives it back. Each call holds a slot of its job; none is held once the run is over."""
     svc = make_svc(item_concurrency=1)
-    engine = svc.uow_factory.session_factory.kw["bind"]
     commits: list[str] = []
     held_during_calls: list[list[int]] = []
 
@@ -252,17 +266,39 @@ def test_an_item_with_a_free_slot_takes_and_returns_it_within_its_own_two_transa
     monkeypatch.setattr(SlotRepository, "paused_for", paused_for)
     items = 5
     job_id = _job(svc, admin, *(f"item {i}" for i in range(items)))
-    event.listen(engine, "commit", count)
-    try:
-        start_generation(svc.uow_factory, svc.settings, svc.runner, admin, job_id)
-        wait_for(lambda: _done(svc, admin, job_id), timeout=20)
-        wait_for(lambda: not svc.runner.live_runs())
-    finally:
-        event.remove(engine, "commit", count)
-    assert view(svc, admin, job_id)["status"] == "COMPLETED"
+    _run_listening(svc, admin, job_id, "commit", count)
     assert held_during_calls == [[job_id]] * items
     # Per item a start and a finish; per run its plan and its end.
     assert 1 <= len(pause_reads) <= 2
     assert len(commits) == 2 * items + 2 + len(pause_reads)
     with svc.uow_factory(read_only=True) as uow:
         assert uow.slots.slots_in_flight(worker_dead_seconds=30, max_hold_seconds=300) == 0
+
+
+def test_a_sent_item_costs_five_statements_on_postgresql_and_eight_on_sqlite(
+    make_svc: Callable[..., Services], admin: UserRecord
+) -> None:
+    """Per sent item (the difference between a run of 3 and a run of 6 items): the start's
+    fenced move with its reuse lookup, the slot, the billing; the finish's fenced move and
+    the slot's release. PostgreSQL runs each fence as a CTE of its move and the run's
+    ledger line as a CTE of the month's reservation: 5 statements. SQLite runs them one
+    by one: 8. (BEGIN and the SQLite pragmas are not statements of the work.)"""
+    svc = make_svc(item_concurrency=1)
+    kinds: list[str] = []
+
+    def count(conn: Any, cursor: Any, statement: str, *args: Any) -> None:
+        work = not statement.lstrip().upper().startswith(("BEGIN", "PRAGMA"))
+        if work and threading.current_thread().name.startswith("speechbatch-job-"):
+            kinds.append(" ".join(statement.split()[:3]))
+
+    def statements_of_a_run(n: int, label: str) -> list[str]:
+        job_id = _job(svc, admin, *(f"{label} item {i}" for i in range(n)))
+        kinds.clear()
+        _run_listening(svc, admin, job_id, "before_cursor_execute", count)
+        return list(kinds)
+
+    statements_of_a_run(2, "warm-up")  # the first run reads the pause; later ones use the cache
+    small, large = statements_of_a_run(3, "small"), statements_of_a_run(6, "large")
+    per_item = (len(large) - len(small)) / 3
+    expected = 5 if svc.engine.dialect.name == "postgresql" else 8
+    assert per_item == expected, (small, large)

@@ -129,6 +129,7 @@ class RunsRepository:
 
     def __init__(self, session: Session) -> None:
         self.session = session
+        self._dialect = session.get_bind().dialect.name
 
     def run_plan(self, job_id: int, attempt: int) -> RunPlan:
         """The job's voice and organization, whether the run at ``attempt`` regenerates,
@@ -158,7 +159,7 @@ class RunsRepository:
         are serialized on that row. False means this run was declared dead or
         superseded: it must write nothing more.
         """
-        stamp = _item_statements()["stamp"]
+        (stamp,) = _item_statements(self._dialect)["stamp"]
         return (
             self.session.execute(stamp, {"p_job": job_id, "p_attempt": attempt}).first() is not None
         )
@@ -169,10 +170,22 @@ class RunsRepository:
         Both use the same condition on the item's status, and every writer of items
         takes the job's row lock first, so the counters and the item agree.
         """
-        fence, move = _item_statements()[kind]
+        return self._fenced_move(kind, params) is not None
+
+    def _fenced_move(self, kind: str, params: dict[str, Any]) -> Any:
+        """The move's RETURNING row, or None when fenced or the item was not movable.
+
+        On PostgreSQL the fence is a data-modifying CTE of the move: one round trip, and
+        the job's row is locked (the CTE runs first, as the move's one-time filter) for
+        one statement less. SQLite runs the two statements in turn.
+        """
+        statements = _item_statements(self._dialect)[kind]
+        if len(statements) == 1:
+            return self.session.execute(statements[0], params).first()
+        fence, move = statements
         if self.session.execute(fence, params).first() is None:
-            return False
-        return self.session.execute(move, params).first() is not None
+            return None
+        return self.session.execute(move, params).first()
 
     def start_item(
         self, job_id: int, attempt: int, item_id: int, *, reuse_fingerprint: str | None = None
@@ -188,10 +201,7 @@ class RunsRepository:
             "p_item": item_id,
             "p_fp": reuse_fingerprint,
         }
-        fence, move = _item_statements()["start"]
-        if self.session.execute(fence, params).first() is None:
-            return None
-        row = self.session.execute(move, params).first()
+        row = self._fenced_move("start", params)
         if row is None:
             return None
         return StartedItem(
@@ -246,10 +256,7 @@ class RunsRepository:
             )
         else:
             params["p_message"] = error_message
-        fence, move = _item_statements()[kind]
-        if self.session.execute(fence, params).first() is None:
-            return FinishedItem(won=False)
-        row = self.session.execute(move, params).first()
+        row = self._fenced_move(kind, params)
         if row is None:
             return FinishedItem(won=False)
         return FinishedItem(won=True, replaced_still_referenced=bool(row.still_referenced))
@@ -401,12 +408,13 @@ class RunsRepository:
 
 
 @functools.cache
-def _item_statements() -> dict[str, Any]:
-    """The run's per-item statements, built once: they run for every item.
+def _item_statements(dialect: str) -> dict[str, tuple[Any, ...]]:
+    """The run's per-item statements, built once per dialect: they run for every item.
 
-    Each move is (fence, move): the fence is the job's UPDATE (stamp, counters, version)
-    conditional on GENERATING at ``p_attempt``; the move is the item's own UPDATE under
-    the same condition on its status that the counters used.
+    Each move is a fence and a move: the fence is the job's UPDATE (stamp, counters,
+    version) conditional on GENERATING at ``p_attempt``; the move is the item's own
+    UPDATE under the same condition on its status that the counters used. On PostgreSQL
+    they are one statement (see ``_fenced``), elsewhere two run in turn.
     """
     job_id, item_id = bindparam("p_job", type_=Id), bindparam("p_item", type_=Id)
     this_item = (items.c.id == item_id, items.c.job_id == job_id)
@@ -456,17 +464,26 @@ def _item_statements() -> dict[str, Any]:
             .returning(jobs.c.id)
         )
 
+    def fenced(fence: Any, move: Any) -> tuple[Any, ...]:
+        if dialect != "postgresql":
+            return fence, move
+        # The move happens only if the fence won. An uncorrelated EXISTS is the move's
+        # one-time filter, evaluated before the item is scanned: the job's row is locked
+        # first, the lock order of every other writer of items.
+        won = fence.cte("fence")
+        return (move.where(select(won.c.id).exists()),)
+
     generating = (ItemStatus.GENERATING,)
     return {
-        "stamp": fence(),
-        "start": (
+        "stamp": (fence(),),
+        "start": fenced(
             fence(**counters_after_moving(old_status, STARTABLE, ItemStatus.GENERATING)),
             update(items)
             .where(*this_item, items.c.status.in_(STARTABLE))
             .values(status=ItemStatus.GENERATING, error_message=None, updated_at=db_now())
             .returning(items.c.text, items.c.audio_path, reusable.label("reusable_id")),
         ),
-        "reuse": (
+        "reuse": fenced(
             fence(**counters_after_moving(reuse_status, reusable_from, ItemStatus.DONE)),
             update(items)
             .where(*this_item, items.c.status.in_(reusable_from), source_done)
@@ -482,14 +499,14 @@ def _item_statements() -> dict[str, Any]:
             )
             .returning(items.c.id),
         ),
-        "return": (
+        "return": fenced(
             fence(**counters_after_moving(old_status, generating, ItemStatus.PENDING)),
             update(items)
             .where(*this_item, items.c.status == ItemStatus.GENERATING)
             .values(status=ItemStatus.PENDING, updated_at=db_now())
             .returning(items.c.id),
         ),
-        "done": (
+        "done": fenced(
             fence(**counters_after_moving(old_status, generating, ItemStatus.DONE)),
             update(items)
             .where(
@@ -524,7 +541,7 @@ def _item_statements() -> dict[str, Any]:
                 .label("still_referenced"),
             ),
         ),
-        "error": (
+        "error": fenced(
             fence(**counters_after_moving(old_status, generating, ItemStatus.ERROR)),
             update(items)
             .where(*this_item, items.c.status == ItemStatus.GENERATING)

@@ -89,22 +89,28 @@ class SpendingRepository:
     def __init__(self, session: Session) -> None:
         self.session = session
 
-    def reserve_characters(self, organization_id: int, characters: int) -> bool:
-        """Compare-and-set: bill ``characters`` and one provider call to this month.
+    def bill_call(self, organization_id: int, job_id: int, attempt: int, characters: int) -> bool:
+        """Compare-and-set: bill one provider call of ``characters`` to this month, and
+        add it to the run's share of the ledger; whether it fit the budget.
 
-        One upsert: the first call of a month inserts the ledger row (if it fits the
-        budget at all), later ones add to it only while ``billed + n <= budget``; the
+        The month's row is one upsert: the first call of a month inserts it (if it fits
+        the budget at all), later ones add to it only while ``billed + n <= budget``; the
         guard is on the row being updated, which PostgreSQL re-checks on its newest
-        version and SQLite writes under its one write lock. False: it does not fit.
+        version and SQLite writes under its one write lock. When it does not fit, the
+        run's line moved anyway: the caller rolls the transaction back. On PostgreSQL the
+        run's line is a CTE of the upsert (one round trip: this runs while the item's
+        start holds its job's row).
         """
-        statement = _billing_statements(self.session.get_bind().dialect.name)["reserve"]
-        params = {"p_org": organization_id, "p_n": characters}
-        return self.session.execute(statement, params).first() is not None
-
-    def record_run_billing(self, job_id: int, attempt: int, characters: int) -> None:
-        """Add one provider call of ``characters`` to the run's share of the ledger."""
-        statement = _billing_statements(self.session.get_bind().dialect.name)["run"]
-        self.session.execute(statement, {"p_job": job_id, "p_attempt": attempt, "p_n": characters})
+        params = {
+            "p_org": organization_id,
+            "p_n": characters,
+            "p_job": job_id,
+            "p_attempt": attempt,
+        }
+        *before, reserve = _billing_statements(self.session.get_bind().dialect.name)
+        for statement in before:
+            self.session.execute(statement, params)
+        return self.session.execute(reserve, params).first() is not None
 
     def refund_characters(
         self, organization_id: int, job_id: int, attempt: int, characters: int
@@ -229,8 +235,9 @@ class SpendingRepository:
 
 
 @functools.cache
-def _billing_statements(dialect: str) -> dict[str, Any]:
-    """The two statements every sent call runs, built once per dialect: they run while
+def _billing_statements(dialect: str) -> tuple[Any, ...]:
+    """The statements every sent call runs (the run's line, then the month's
+    reservation; on PostgreSQL one statement), built once per dialect: they run while
     the item's start holds its job's row, so building them per call would lengthen that."""
     organization_id = bindparam("p_org", type_=Integer)
     n = bindparam("p_n", type_=Integer)
@@ -269,4 +276,6 @@ def _billing_statements(dialect: str) -> dict[str, Any]:
             provider_calls=runs.c.provider_calls + 1,
         )
     )
-    return {"reserve": reserve, "run": run}
+    if dialect == "postgresql":
+        return (reserve.add_cte(run.returning(runs.c.id).cte("run_line")),)
+    return run, reserve
