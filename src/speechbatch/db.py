@@ -6,6 +6,8 @@ never a web server's, so several machines with skewed clocks agree.
 
 from __future__ import annotations
 
+import sqlite3
+import threading
 import time
 from datetime import UTC, datetime
 from typing import Any
@@ -141,6 +143,7 @@ def make_engine(url: str, *, pool: bool = True, statement_reads: bool = False) -
         kwargs["connect_args"] = {
             "check_same_thread": False,
             "timeout": SQLITE_BUSY_TIMEOUT_MS / 1000,
+            "factory": _writer_turns(),
         }
         engine = create_engine(url, **kwargs)
         _make_sqlite_immediate(engine, statement_reads=statement_reads)
@@ -189,6 +192,62 @@ def _ping_after_idle(engine: Engine) -> None:
             raise exc.DisconnectionError(f"stale pooled connection: {error}") from error
 
 
+class _TurnTakingConnection(sqlite3.Connection):
+    """A SQLite connection whose write transactions take turns with the engine's others.
+
+    SQLite has one writer at a time; a BEGIN IMMEDIATE that finds the lock taken sleeps
+    in SQLite's busy handler (1, 2, 5, 10 ... ms) and tries again, so under contention a
+    transaction of 0.1 ms waits milliseconds after the lock was free. Writers of one
+    engine wait for their turn on a Python lock instead, handed over the moment the
+    previous commit or rollback returns; other processes still meet the busy handler.
+    """
+
+    turns: threading.Lock  # one per engine (see _writer_turns)
+    _has_turn = False
+
+    def take_turn(self, timeout_ms: int) -> bool:
+        """Wait (at most ``timeout_ms``) until this engine's previous writer has ended."""
+        if not self._has_turn:
+            if not self.turns.acquire(timeout=timeout_ms / 1000):
+                return False
+            self._has_turn = True
+        return True
+
+    def end_turn(self) -> None:
+        """Let the next writer go (once this connection's transaction is over)."""
+        if self._has_turn:
+            self._has_turn = False
+            self.turns.release()
+
+    def commit(self) -> None:
+        try:
+            super().commit()
+        finally:
+            if not self.in_transaction:
+                self.end_turn()
+
+    def rollback(self) -> None:
+        try:
+            super().rollback()
+        finally:
+            self.end_turn()
+
+    def close(self) -> None:
+        try:
+            super().close()
+        finally:
+            self.end_turn()
+
+    def __del__(self) -> None:
+        # Dropped without close (SQLite then ends its transaction): the turn ends too.
+        self.end_turn()
+
+
+def _writer_turns() -> type[_TurnTakingConnection]:
+    """A connection class whose instances share one new writer lock (one per engine)."""
+    return type("EngineConnection", (_TurnTakingConnection,), {"turns": threading.Lock()})
+
+
 def _make_sqlite_immediate(engine: Engine, *, statement_reads: bool = False) -> None:
     """Make every SQLite transaction take the write lock at BEGIN.
 
@@ -231,7 +290,18 @@ def _make_sqlite_immediate(engine: Engine, *, statement_reads: bool = False) -> 
         if conn.info.get("busy_timeout_ms", SQLITE_BUSY_TIMEOUT_MS) != busy_ms:
             conn.exec_driver_sql(f"PRAGMA busy_timeout={busy_ms}")
             conn.info["busy_timeout_ms"] = busy_ms
-        conn.exec_driver_sql("BEGIN" if read_only else "BEGIN IMMEDIATE")
+        if read_only:
+            conn.exec_driver_sql("BEGIN")
+            return
+        dbapi_connection = conn.connection.dbapi_connection
+        if not dbapi_connection.take_turn(busy_ms):
+            locked = sqlite3.OperationalError("database is locked")
+            raise exc.OperationalError("BEGIN IMMEDIATE", None, locked)
+        try:
+            conn.exec_driver_sql("BEGIN IMMEDIATE")
+        except BaseException:
+            dbapi_connection.end_turn()
+            raise
 
 
 def make_session_factory(engine: Engine) -> sessionmaker[Any]:
