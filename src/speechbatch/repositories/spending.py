@@ -104,10 +104,11 @@ class SpendingRepository:
         params = {
             "p_org": organization_id,
             "p_n": characters,
+            "p_calls": 1,
             "p_job": job_id,
             "p_attempt": attempt,
         }
-        *before, reserve = _billing_statements(self.session.get_bind().dialect.name)
+        *before, reserve = _billing_statements(self.session.get_bind().dialect.name).bill
         for statement in before:
             self.session.execute(statement, params)
         return self.session.execute(reserve, params).first() is not None
@@ -117,30 +118,17 @@ class SpendingRepository:
     ) -> None:
         """Take back one reserved call that was never sent (from the month and the run)."""
         # The run history changes: the job's ETag must too. The job row first, as in an
-        # item's start (fence, then the month, then the run): the same lock order, so a
+        # item's start (fence, then the run and the month): the same lock order, so a
         # refund and a start cannot deadlock.
-        self.session.execute(
-            update(jobs).where(jobs.c.id == job_id).values(version=jobs.c.version + 1)
-        )
-        self.session.execute(
-            update(usage_months)
-            .where(
-                usage_months.c.organization_id == organization_id,
-                usage_months.c.month == db_month(),
-            )
-            .values(
-                billed_characters=usage_months.c.billed_characters - characters,
-                provider_calls=usage_months.c.provider_calls - 1,
-            )
-        )
-        self.session.execute(
-            update(runs)
-            .where(runs.c.job_id == job_id, runs.c.attempt == attempt)
-            .values(
-                billed_characters=runs.c.billed_characters - characters,
-                provider_calls=runs.c.provider_calls - 1,
-            )
-        )
+        params = {
+            "p_org": organization_id,
+            "p_n": -characters,
+            "p_calls": -1,
+            "p_job": job_id,
+            "p_attempt": attempt,
+        }
+        for statement in _billing_statements(self.session.get_bind().dialect.name).refund:
+            self.session.execute(statement, params)
 
     def usage(self, organization_id: int) -> Usage:
         """This month's ledger of the organization (zeros before its first call)."""
@@ -234,13 +222,23 @@ class SpendingRepository:
         ).first() is not None
 
 
+@dataclass(frozen=True)
+class _Billing:
+    """A sent call's statements (the run's line, then the month's reservation; on
+    PostgreSQL one statement), and a refund's (the job's version, the month, the run)."""
+
+    bill: tuple[Any, ...]
+    refund: tuple[Any, ...]
+
+
 @functools.cache
-def _billing_statements(dialect: str) -> tuple[Any, ...]:
-    """The statements every sent call runs (the run's line, then the month's
-    reservation; on PostgreSQL one statement), built once per dialect: they run while
-    the item's start holds its job's row, so building them per call would lengthen that."""
+def _billing_statements(dialect: str) -> _Billing:
+    """Built once per dialect: a call's billing runs while the item's start holds its
+    job's row, so building it per call would lengthen that (parameters p_org, p_n,
+    p_calls, p_job, p_attempt)."""
     organization_id = bindparam("p_org", type_=Integer)
     n = bindparam("p_n", type_=Integer)
+    calls = bindparam("p_calls", type_=Integer)
     budget = (
         select(organizations.c.budget_characters)
         .where(organizations.c.id == organization_id)
@@ -265,6 +263,7 @@ def _billing_statements(dialect: str) -> tuple[Any, ...]:
             usage_months.c.billed_characters + upsert.excluded.billed_characters <= budget,
         ),
     ).returning(usage_months.c.id)
+    # The run's share of the ledger: + n and one call for a call, - n and - 1 for a refund.
     run = (
         update(runs)
         .where(
@@ -273,9 +272,27 @@ def _billing_statements(dialect: str) -> tuple[Any, ...]:
         )
         .values(
             billed_characters=runs.c.billed_characters + n,
-            provider_calls=runs.c.provider_calls + 1,
+            provider_calls=runs.c.provider_calls + calls,
         )
     )
+    month = (
+        update(usage_months)
+        .where(
+            usage_months.c.organization_id == organization_id,
+            usage_months.c.month == db_month(),
+        )
+        .values(
+            billed_characters=usage_months.c.billed_characters + n,
+            provider_calls=usage_months.c.provider_calls + calls,
+        )
+    )
+    job = (
+        update(jobs)
+        .where(jobs.c.id == bindparam("p_job", type_=Integer))
+        .values(version=jobs.c.version + 1)
+    )
     if dialect == "postgresql":
-        return (reserve.add_cte(run.returning(runs.c.id).cte("run_line")),)
-    return run, reserve
+        bill: tuple[Any, ...] = (reserve.add_cte(run.returning(runs.c.id).cte("run_line")),)
+    else:
+        bill = (run, reserve)
+    return _Billing(bill=bill, refund=(job, month, run))
