@@ -414,7 +414,7 @@ def _item_statements(dialect: str) -> dict[str, tuple[Any, ...]]:
     Each move is a fence and a move: the fence is the job's UPDATE (stamp, counters,
     version) conditional on GENERATING at ``p_attempt``; the move is the item's own
     UPDATE under the same condition on its status that the counters used. On PostgreSQL
-    they are one statement (see ``_fenced``), elsewhere two run in turn.
+    they are one statement (see ``fenced`` below), elsewhere two run in turn.
     """
     job_id, item_id = bindparam("p_job", type_=Id), bindparam("p_item", type_=Id)
     this_item = (items.c.id == item_id, items.c.job_id == job_id)
@@ -468,8 +468,9 @@ def _item_statements(dialect: str) -> dict[str, tuple[Any, ...]]:
         if dialect != "postgresql":
             return fence, move
         # The move happens only if the fence won. An uncorrelated EXISTS is the move's
-        # one-time filter, evaluated before the item is scanned: the job's row is locked
-        # first, the lock order of every other writer of items.
+        # one-time filter, evaluated before the item is scanned (EXPLAIN: "Result,
+        # One-Time Filter: $n" over the items scan, $n the CTE scan of the fence): the
+        # job's row is locked first, the lock order of every other writer of items.
         won = fence.cte("fence")
         return (move.where(select(won.c.id).exists()),)
 
