@@ -169,9 +169,9 @@ def _ping_after_idle(engine: Engine) -> None:
     """Ping a pooled connection at checkout only when it was idle for a while.
 
     ``pool_pre_ping`` pings at every checkout: one round trip more for each of a run's
-    short transactions. A connection given
-    back a moment ago has just worked; one that waited in the pool may have been cut by
-    a database restart, and is pinged (a failed ping makes the pool connect afresh).
+    short transactions. A connection given back a moment ago has just worked; one that
+    waited in the pool may have been cut by a database restart, and is pinged (a failed
+    ping makes the pool connect afresh).
     What this leaves: a restart within the last second breaks the first statement on a
     connection used just before it; that statement fails with OperationalError, which
     the runner retries and SQLAlchemy answers by invalidating the pool.

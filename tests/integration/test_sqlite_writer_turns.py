@@ -183,11 +183,6 @@ def test_a_begin_refused_by_another_process_ends_its_turn(
         assert conn.execute(text("SELECT n FROM counter")).scalar_one() == 2
 
 
-def _raw(engine: Engine) -> Any:
-    with engine.connect() as conn:
-        return conn.connection.dbapi_connection
-
-
 def test_many_threads_of_writers_lose_no_update_and_never_overlap(engine: Engine) -> None:
     inside = 0
     most_inside = 0

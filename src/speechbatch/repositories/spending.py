@@ -101,13 +101,7 @@ class SpendingRepository:
         run's line is a CTE of the upsert (one round trip: this runs while the item's
         start holds its job's row).
         """
-        params = {
-            "p_org": organization_id,
-            "p_n": characters,
-            "p_calls": 1,
-            "p_job": job_id,
-            "p_attempt": attempt,
-        }
+        params = _ledger_params(organization_id, job_id, attempt, characters, calls=1)
         *before, reserve = _billing_statements(self.session.get_bind().dialect.name).bill
         for statement in before:
             self.session.execute(statement, params)
@@ -118,15 +112,9 @@ class SpendingRepository:
     ) -> None:
         """Take back one reserved call that was never sent (from the month and the run)."""
         # The run history changes: the job's ETag must too. The job row first, as in an
-        # item's start (fence, then the run and the month): the same lock order, so a
-        # refund and a start cannot deadlock.
-        params = {
-            "p_org": organization_id,
-            "p_n": -characters,
-            "p_calls": -1,
-            "p_job": job_id,
-            "p_attempt": attempt,
-        }
+        # item's start (its fence): a refund and a start of the run take turns on that
+        # row, so they cannot deadlock on the run's or the month's.
+        params = _ledger_params(organization_id, job_id, attempt, -characters, calls=-1)
         for statement in _billing_statements(self.session.get_bind().dialect.name).refund:
             self.session.execute(statement, params)
 
@@ -222,10 +210,23 @@ class SpendingRepository:
         ).first() is not None
 
 
+def _ledger_params(
+    organization_id: int, job_id: int, attempt: int, characters: int, *, calls: int
+) -> dict[str, int]:
+    """The billing statements' parameters: characters and calls added (negative: given back)."""
+    return {
+        "p_org": organization_id,
+        "p_n": characters,
+        "p_calls": calls,
+        "p_job": job_id,
+        "p_attempt": attempt,
+    }
+
+
 @dataclass(frozen=True)
 class _Billing:
     """A sent call's statements (the run's line, then the month's reservation; on
-    PostgreSQL one statement), and a refund's (the job's version, the month, the run)."""
+    PostgreSQL one statement), and a refund's (the job's version, the run, the month)."""
 
     bill: tuple[Any, ...]
     refund: tuple[Any, ...]
@@ -295,4 +296,4 @@ def _billing_statements(dialect: str) -> _Billing:
         bill: tuple[Any, ...] = (reserve.add_cte(run.returning(runs.c.id).cte("run_line")),)
     else:
         bill = (run, reserve)
-    return _Billing(bill=bill, refund=(job, month, run))
+    return _Billing(bill=bill, refund=(job, run, month))
