@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import atexit
 import logging
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -17,6 +17,7 @@ from .config import Settings
 from .db import make_engine, make_session_factory
 from .providers import build_provider
 from .providers.base import TTSProvider
+from .read import DocumentCache
 from .runner import Runner, drain_all
 from .services import Limits
 from .storage import LocalStorage
@@ -48,6 +49,8 @@ class Services:
     runner: Runner
     # The engine of one-statement reads (autocommit, read-only sessions): the common poll.
     statement_engine: Engine | None = None
+    # The JSON answers this process built lately, by job and version (read/documents.py).
+    documents: DocumentCache = field(default_factory=DocumentCache)
 
     def dispose(self) -> None:
         """Close the pooled connections of both engines."""

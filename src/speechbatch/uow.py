@@ -20,7 +20,7 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from .db import READ_ONLY, SHORT_LOCK_WAIT
 from .locks import ExportRepository, Exports, LockRepository, Locks
-from .read import JobViews, Views
+from .read import DocumentCache, JobViews, Views
 from .repositories import (
     Jobs,
     JobsRepository,
@@ -222,8 +222,10 @@ class ReadScope:
     the next read must see it (a SQLite reader keeps the snapshot of its first read).
     """
 
-    def __init__(self, uow_factory: UowFactory) -> None:
+    def __init__(self, uow_factory: UowFactory, documents: DocumentCache | None = None) -> None:
         self._uow_factory = uow_factory
+        # The app's recent answers (see read/documents.py); None: every poll builds its own.
+        self.documents = documents
         self._reader: ReadUnit | None = None
         self._statements: ReadUnit | None = None
 

@@ -8,9 +8,12 @@ import pytest
 from flask.testing import FlaskClient
 from sqlalchemy import update
 
+from speechbatch.accounts import create_token
 from speechbatch.app import Services
 from speechbatch.models import Item, Job
+from speechbatch.read import DocumentCache
 from speechbatch.repositories import UserRecord
+from speechbatch.services import create_admin
 from tests.helpers import ago, claim, new_job, view
 
 HOUR = 3600.0
@@ -25,6 +28,14 @@ def _get(client: FlaskClient, url: str, auth: dict[str, str], etag: str | None =
 
 def _ids(svc: Services, user: UserRecord, job_id: int) -> list[int]:
     return [i["id"] for i in view(svc, user, job_id)["items"]]
+
+
+def _claimed(svc: Services, admin: UserRecord) -> tuple[int, int]:
+    """A claimed 3-item job, and its first item."""
+    job_id = new_job(svc, admin)
+    first = _ids(svc, admin, job_id)[0]
+    claim(svc, admin, job_id)
+    return job_id, first
 
 
 def _start(svc: Services, job_id: int, item_id: int) -> None:
@@ -49,9 +60,7 @@ def test_a_matching_etag_answers_304_with_no_body(
 def test_the_job_etag_changes_when_an_item_finishes(
     client: FlaskClient, svc: Services, admin: UserRecord, auth: dict[str, str]
 ) -> None:
-    job_id = new_job(svc, admin)
-    first = _ids(svc, admin, job_id)[0]
-    claim(svc, admin, job_id)
+    job_id, first = _claimed(svc, admin)
     _start(svc, job_id, first)
     url = f"/api/jobs/{job_id}"
     before = {u: _get(client, u, auth).headers["ETag"] for u in (url, f"{url}/items")}
@@ -192,3 +201,68 @@ def test_a_page_far_beyond_the_end_is_empty_not_an_error(
     assert (jobs.status_code, items.status_code) == (200, 200)
     assert jobs.get_json()["jobs"] == [] and jobs.get_json()["total"] == 1
     assert items.get_json() == {"items": [], "total": 3}
+
+
+# --- the process's document cache (read/documents.py) ----------------------------------
+
+
+def test_an_unchanged_job_is_answered_from_the_cache_and_a_change_is_seen_at_once(
+    client: FlaskClient, svc: Services, admin: UserRecord, auth: dict[str, str]
+) -> None:
+    job_id, first = _claimed(svc, admin)
+    for url in (
+        f"/api/jobs/{job_id}",
+        f"/api/jobs/{job_id}?items=none",
+        f"/api/jobs/{job_id}/items",
+    ):
+        built = _get(client, url, auth)
+        hits = svc.documents.hits
+        again = _get(client, url, auth)
+        assert svc.documents.hits == hits + 1, url
+        assert again.status_code == 200 and again.data == built.data, url
+        assert again.headers["ETag"] == built.headers["ETag"], url
+    _start(svc, job_id, first)
+    with svc.uow_factory() as uow:
+        assert uow.runs.finish_item(job_id, 1, first, audio_path="a", audio_sha256="s")
+        uow.commit()
+    hits = svc.documents.hits
+    job = _get(client, f"/api/jobs/{job_id}", auth).get_json()
+    page = _get(client, f"/api/jobs/{job_id}/items", auth).get_json()
+    assert svc.documents.hits == hits  # a new version is built, not served from the cache
+    assert job["items"][0]["status"] == page["items"][0]["status"] == "DONE"
+    assert job["progress"]["done"] == 1
+    # The same answer as a read that builds it (the helper leaves the lease out).
+    assert {k: v for k, v in job.items() if k != "lease"} == view(svc, admin, job_id)
+
+
+def test_a_cached_document_is_not_shown_to_another_organization(
+    client: FlaskClient, svc: Services, admin: UserRecord, auth: dict[str, str]
+) -> None:
+    job_id = new_job(svc, admin)
+    assert _get(client, f"/api/jobs/{job_id}", auth).status_code == 200
+    assert len(svc.documents) == 1
+    create_admin(svc.uow_factory, "globex", "boss@globex.test", "password-1")
+    other = {"Authorization": f"Bearer {create_token(svc.uow_factory, 'boss@globex.test')}"}
+    for url in (f"/api/jobs/{job_id}", f"/api/jobs/{job_id}/items"):
+        assert _get(client, url, other).status_code == 404, url
+    assert _get(client, f"/api/jobs/{job_id}", {"Authorization": "Bearer nope"}).status_code == 401
+
+
+def test_a_client_with_the_current_version_gets_a_304_whatever_the_cache_holds(
+    client: FlaskClient, svc: Services, admin: UserRecord, auth: dict[str, str]
+) -> None:
+    job_id = new_job(svc, admin)
+    url = f"/api/jobs/{job_id}"
+    stale = _get(client, url, auth)
+    claim(svc, admin, job_id)
+    current = _get(client, url, auth)
+    # This process lost the current version (evicted) and holds an older one.
+    svc.documents = DocumentCache()
+    version = int(stale.headers["ETag"].strip('"').rpartition("-v")[2])
+    svc.documents.put(
+        job_id, "", version, stale.get_data(as_text=True).rpartition(', "lease"')[0] + "}"
+    )
+    assert svc.documents.get(job_id, "") is not None
+    again = _get(client, url, auth, current.headers["ETag"])
+    assert again.status_code == 304 and again.data == b""
+    assert _get(client, url, auth).data == current.data

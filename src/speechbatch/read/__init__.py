@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from .documents import DocumentCache
 from .views import (
     ITEM_STATUSES,
     JOB_STATUSES,
@@ -17,6 +18,7 @@ from .views import (
 __all__ = [
     "ITEM_STATUSES",
     "JOB_STATUSES",
+    "DocumentCache",
     "ItemsPage",
     "JobHead",
     "JobPoll",

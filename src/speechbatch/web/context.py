@@ -23,7 +23,8 @@ def services() -> Services:
 def reads() -> ReadScope:
     """This request's read transaction: the user lookup and the answer share it."""
     if "reads" not in g:
-        g.reads = ReadScope(services().uow_factory)
+        s = services()
+        g.reads = ReadScope(s.uow_factory, s.documents)
     scope: ReadScope = g.reads
     return scope
 
