@@ -277,6 +277,9 @@ class FakeSpending:
     def job_items(self, job_id: int, organization_id: int) -> tuple[str, list[Any]] | None:
         return None
 
+    def longest_unsent(self, job_id: int, organization_id: int, *, regenerate: bool) -> int | None:
+        return None
+
     def reusable_fingerprints(self, fingerprints: Iterable[str]) -> set[str]:
         return set()
 

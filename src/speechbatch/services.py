@@ -615,26 +615,15 @@ def start_generation(
     Exactly one of any number of concurrent callers wins; the others get
     AlreadyGenerating (or NothingToGenerate when every item is DONE already).
     """
-    # A dead run must not block the admin's retry: recover first, then claim.
-    recover_stale(uow_factory, settings, organization_id=user.organization_id, job_id=job_id)
-    check_budget(uow_factory, runner.provider, user, job_id, regenerate=regenerate)
     worker_id = runner.worker_id()
-    with uow_factory() as uow:
-        attempt = uow.jobs.claim_job(
-            job_id,
-            user.organization_id,
-            regenerate=regenerate,
-            user_id=user.id,
-            worker_id=worker_id,
-        )
-        view = None
-        if attempt is None:
-            reason = uow.jobs.claim_refusal(job_id, user.organization_id)
-        else:
-            # The answer shows the claim as it commits (GENERATING at the new attempt),
-            # however fast the run then goes.
-            view = _claimed_view(uow, settings, user, job_id)
-            uow.commit()
+    claimed = _claim(uow_factory, settings, runner, user, job_id, worker_id, regenerate, True)
+    if claimed is None:
+        # A dead run must not block the admin's retry: recover first (through writers of
+        # its own), then claim.
+        recover_stale(uow_factory, settings, organization_id=user.organization_id, job_id=job_id)
+        claimed = _claim(uow_factory, settings, runner, user, job_id, worker_id, regenerate, False)
+        assert claimed is not None
+    attempt, view, reason = claimed
     if attempt is None:
         metrics.CLAIMS.labels(result="refused").inc()
         log.info("claim refused job=%s reason=%s", job_id, reason)
@@ -648,6 +637,49 @@ def start_generation(
     runner.start(job_id, attempt)
     assert view is not None
     return view
+
+
+def _claim(
+    uow_factory: UowFactory,
+    settings: Settings,
+    runner: RunStarter,
+    user: UserRecord,
+    job_id: int,
+    worker_id: int,
+    regenerate: bool,
+    recovery_first: bool,
+) -> tuple[int | None, dict[str, Any] | None, str] | None:
+    """One transaction: the job's head, the budget's hint and the claim, with the answer
+    when it wins: (attempt, view, "") or (None, None, why it was refused).
+
+    None (nothing written) when ``recovery_first`` and the job looks dead: its head
+    (one indexed statement, as a poll reads it) is what tells, so the common click pays
+    for no recovery pass.
+    """
+    with uow_factory() as uow:
+        head = uow.views.job_head(
+            job_id,
+            user.organization_id,
+            lease_seconds=settings.lease_seconds,
+            worker_dead_seconds=settings.worker_dead_seconds,
+        )
+        if recovery_first and head is not None and head.needs_recovery:
+            return None
+        check_budget(uow.spending, runner.provider, user, job_id, regenerate=regenerate)
+        attempt = uow.jobs.claim_job(
+            job_id,
+            user.organization_id,
+            regenerate=regenerate,
+            user_id=user.id,
+            worker_id=worker_id,
+        )
+        if attempt is None:
+            return None, None, uow.jobs.claim_refusal(job_id, user.organization_id)
+        # The answer shows the claim as it commits (GENERATING at the new attempt),
+        # however fast the run then goes.
+        view = _claimed_view(uow, settings, user, job_id)
+        uow.commit()
+        return attempt, view, ""
 
 
 def _claimed_view(

@@ -111,28 +111,34 @@ def estimate(
 
 
 def check_budget(
-    uow_factory: UowFactory,
+    spending: Spending,
     provider: TTSProvider,
     user: UserRecord,
     job_id: int,
     *,
     regenerate: bool,
 ) -> None:
-    """Raise BudgetExceeded when this month's budget cannot pay for any call a claim would make.
+    """Raise BudgetExceeded when this month's budget cannot pay for any call a claim would
+    make (inside the claim's transaction: ``spending`` is its repository).
 
     Only a hint for the person clicking: the reservation before each call is the guard.
+    When the budget covers the job's longest text still to send, every call fits and
+    nothing more is read; only a budget that nearly ran out plans the run (its items,
+    fingerprints and reusable audio), a read that grows with the job.
     """
-    with uow_factory(read_only=True) as uow:
-        repo = uow.spending
-        usage = repo.usage(user.organization_id)
-        if usage.remaining_characters is None:
-            return
-        plan = _plan(repo, provider, user, job_id, regenerate=regenerate)
-    if plan.smallest_call is not None and plan.smallest_call > usage.remaining_characters:
+    usage = spending.usage(user.organization_id)
+    remaining = usage.remaining_characters
+    if remaining is None:
+        return
+    longest = spending.longest_unsent(job_id, user.organization_id, regenerate=regenerate)
+    if longest is None or longest <= remaining:
+        return  # every call fits (or no such job: the claim says so)
+    plan = _plan(spending, provider, user, job_id, regenerate=regenerate)
+    if plan.smallest_call is not None and plan.smallest_call > remaining:
         metrics.BUDGET_REFUSALS.labels(where="claim").inc()
         log.warning(
             "claim refused by the budget job=%s remaining=%s smallest_call=%s",
-            job_id, usage.remaining_characters, plan.smallest_call,
+            job_id, remaining, plan.smallest_call,
         )  # fmt: skip
         raise BudgetExceeded(
             f"the monthly budget cannot pay for any item: {_spent(usage)}, and the smallest "

@@ -12,6 +12,7 @@ from flask.testing import FlaskClient
 
 from speechbatch import create_app, spending
 from speechbatch.app import Services
+from speechbatch.errors import BudgetExceeded
 from speechbatch.repositories import UserRecord
 from speechbatch.runner import audio_key as runner_audio_key
 from speechbatch.services import create_admin, create_job, start_generation
@@ -226,6 +227,32 @@ def test_claim_answers_budget_exceeded_when_no_item_fits(
     assert response.get_json()["error"]["code"] == "budget_exceeded"
     assert view(svc, admin, job_id)["attempt"] == 0
     assert provider.total_calls() == 0
+
+
+def test_the_claims_budget_hint_refuses_only_when_no_call_to_send_fits(
+    svc: Services, admin: UserRecord, provider: FakeProvider
+) -> None:
+    # Paid for once, without a budget: the audio of "a long text number 1" exists.
+    run(svc, admin, job_of(svc, admin, ["a long text number 1"]))
+    spending.set_budget(svc.uow_factory, "acme", 40)  # 20 billed, 20 left
+    # Longer than what is left but reusable, and a short one that fits: claimed.
+    mixed = job_of(svc, admin, ["a long text number 1", "short", "a long text number 2!"])
+    assert run(svc, admin, mixed)["status"] == "FAILED"  # the unreusable long one is over
+    assert provider.calls["short"] == 1 and provider.calls["a long text number 2!"] == 0
+    # Every text longer than what is left, but all of it reusable: claimed, nothing sent.
+    reused = job_of(svc, admin, ["a long text number 1"] * 2)
+    assert run(svc, admin, reused)["status"] == "COMPLETED"
+    # Only unreusable texts longer than what is left: refused before any claim.
+    with pytest.raises(BudgetExceeded):
+        start_generation(svc.uow_factory, svc.settings, svc.runner, admin,
+                         job_of(svc, admin, ["another long text"]))  # fmt: skip
+    assert provider.total_calls() == 2
+    with svc.uow_factory(read_only=True) as uow:
+        assert uow.spending.longest_unsent(reused, admin.organization_id, regenerate=False) == 0
+        assert uow.spending.longest_unsent(reused, admin.organization_id, regenerate=True) == 20
+        assert (
+            uow.spending.longest_unsent(reused, admin.organization_id + 1, regenerate=True) is None
+        )
 
 
 def test_concurrent_runs_never_bill_above_the_budget(

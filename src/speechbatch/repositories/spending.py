@@ -13,7 +13,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any, Protocol, cast
 
-from sqlalchemy import Integer, Table, bindparam, literal, or_, select, update
+from sqlalchemy import Integer, Table, and_, bindparam, func, literal, or_, select, update
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.ext.compiler import compiles
 from sqlalchemy.orm import Session
@@ -79,6 +79,9 @@ class Spending(Protocol):
     def usage(self, organization_id: int) -> Usage: ...
     def set_budget(self, slug: str, characters: int | None) -> int | None: ...
     def job_items(self, job_id: int, organization_id: int) -> tuple[str, list[Any]] | None: ...
+    def longest_unsent(
+        self, job_id: int, organization_id: int, *, regenerate: bool
+    ) -> int | None: ...
     def reusable_fingerprints(self, fingerprints: Iterable[str]) -> set[str]: ...
     def referenced_keys(self, keys: Iterable[str]) -> set[str]: ...
 
@@ -167,6 +170,21 @@ class SpendingRepository:
             .order_by(items.c.position)
         ).all()
         return voice, list(rows)
+
+    def longest_unsent(self, job_id: int, organization_id: int, *, regenerate: bool) -> int | None:
+        """The characters of the job's longest text still to send (not DONE; every item
+        for a regenerate), counted by the database: 0 when none is left, None when the
+        job is not the organization's. No call of a click can need more."""
+        unsent = items.c.job_id == jobs.c.id
+        if not regenerate:
+            unsent = and_(unsent, items.c.status != ItemStatus.DONE)
+        longest = select(func.max(func.length(items.c.text))).where(unsent).scalar_subquery()
+        row = self.session.execute(
+            select(func.coalesce(longest, 0)).where(
+                jobs.c.id == job_id, jobs.c.organization_id == organization_id
+            )
+        ).first()
+        return None if row is None else int(row[0])
 
     def reusable_fingerprints(self, fingerprints: Iterable[str]) -> set[str]:
         """Which of these fingerprints already have finished audio (an index probe each)."""
