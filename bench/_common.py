@@ -86,6 +86,26 @@ def bench_settings(database_url: str, storage_dir: str, **changes: Any) -> Any:
     return Settings(**values).validate()
 
 
+def bench_admin(services: Any) -> Any:
+    """Create the admin "bench@bench.test" of organization "bench"; its user record."""
+    from speechbatch.services import create_admin
+
+    create_admin(services.uow_factory, "bench", "bench@bench.test", "password-1")
+    with services.uow_factory(read_only=True) as uow:
+        user = uow.users.get_user_by_email("bench@bench.test")
+    assert user is not None
+    return user
+
+
+def wait_for_runs(services: Any, timeout: float) -> None:
+    """Block until the app's runner has no live run (the run's finish is committed by then)."""
+    deadline = time.monotonic() + timeout
+    while services.runner.live_runs():
+        if time.monotonic() > deadline:
+            raise TimeoutError("the run did not end in time")
+        time.sleep(0.001)
+
+
 def percentile(values: Sequence[float], pct: float) -> float:
     """Nearest-rank percentile (pct in 0..100)."""
     ordered = sorted(values)

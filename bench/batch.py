@@ -21,12 +21,14 @@ import time
 from typing import Any
 
 from _common import (
+    bench_admin,
     bench_settings,
     fake_provider,
     fresh_database,
     median,
     print_table,
     verdict,
+    wait_for_runs,
     write_results,
 )
 
@@ -35,15 +37,6 @@ from speechbatch import services as svc
 from speechbatch.app import Services
 
 TARGET = 0.9
-
-
-def wait_for_runs(services: Services, timeout: float) -> None:
-    """Block until the runner has no live run (the run's finish is committed by then)."""
-    deadline = time.monotonic() + timeout
-    while services.runner.live_runs():
-        if time.monotonic() > deadline:
-            raise TimeoutError("the run did not end in time")
-        time.sleep(0.001)
 
 
 def run_backend(backend: str, args: argparse.Namespace) -> dict[str, Any]:
@@ -55,10 +48,7 @@ def run_backend(backend: str, args: argparse.Namespace) -> dict[str, Any]:
         app = create_app(settings, provider=provider)
         services: Services = app.extensions["speechbatch"]
         try:
-            svc.create_admin(services.uow_factory, "bench", "bench@bench.test", "password-1")
-            with services.uow_factory() as uow:
-                user = uow.users.get_user_by_email("bench@bench.test")
-            assert user is not None
+            user = bench_admin(services)
             if args.budget:
                 spending.set_budget(services.uow_factory, "bench", args.budget)
             services.runner.worker_id()  # register the worker outside the timed part

@@ -27,9 +27,9 @@ from _common import (
     percentile,
     print_table,
     verdict,
+    wait_for_runs,
     write_results,
 )
-from batch import wait_for_runs
 
 from speechbatch import create_app
 from speechbatch import services as svc

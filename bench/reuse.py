@@ -30,9 +30,9 @@ from _common import (
     percentile,
     print_table,
     verdict,
+    wait_for_runs,
     write_results,
 )
-from batch import wait_for_runs
 from sqlalchemy import insert, text
 from statements import Counters
 

@@ -5,7 +5,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=.venv/bin/python
 command -v wrk >/dev/null || { echo "wrk is missing: apt-get install -y wrk" >&2; exit 1; }
-for name in claim batch polling flat watched recovery statements reuse slots; do
+for name in claim batch polling flat watched recovery statements reuse slots generate; do
     echo "=== bench/$name.py ($(date +%H:%M:%S), load: $(cut -d' ' -f1-3 /proc/loadavg))"
     timeout 900 "$PY" "bench/$name.py"
 done

@@ -26,6 +26,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from _common import (
+    bench_admin,
     bench_settings,
     fake_provider,
     fresh_database,
@@ -33,6 +34,7 @@ from _common import (
     percentile,
     print_table,
     verdict,
+    wait_for_runs,
     write_results,
 )
 
@@ -74,14 +76,6 @@ class UnlimitedGate(ProviderGate):
         yield _Unlimited()
 
 
-def _wait_for_runs(services: Services, timeout: float) -> None:
-    deadline = time.monotonic() + timeout
-    while services.runner.live_runs():
-        if time.monotonic() > deadline:
-            raise TimeoutError("the run did not end in time")
-        time.sleep(0.001)
-
-
 def batch(backend: str, args: argparse.Namespace) -> dict[str, Any]:
     """Median wall time of the batch with slots and without, interleaved."""
     walls: dict[str, list[float]] = {"slots": [], "unlimited": []}
@@ -94,10 +88,7 @@ def batch(backend: str, args: argparse.Namespace) -> dict[str, Any]:
             services.runner._slot_tx, settings, services.runner.worker_id
         )
         try:
-            svc.create_admin(services.uow_factory, "bench", "bench@bench.test", "password-1")
-            with services.uow_factory() as uow:
-                user = uow.users.get_user_by_email("bench@bench.test")
-            assert user is not None
+            user = bench_admin(services)
             services.runner.worker_id()
             for n in range(args.repeat):
                 for mode, gate in (("unlimited", unlimited_gate), ("slots", limited_gate)):
@@ -111,7 +102,7 @@ def batch(backend: str, args: argparse.Namespace) -> dict[str, Any]:
                     svc.start_generation(
                         services.uow_factory, settings, services.runner, user, job_id
                     )
-                    _wait_for_runs(services, 60)
+                    wait_for_runs(services, 60)
                     walls[mode].append(time.perf_counter() - t0)
                     view = svc.get_job(services.uow_factory, settings, user, job_id)
                     assert view["status"] == "COMPLETED", view["status"]
@@ -158,10 +149,7 @@ def contention(backend: str, args: argparse.Namespace) -> dict[str, Any]:
         runner = services.runner
         gate = TimedGate(runner._slot_tx, settings, runner.worker_id)
         try:
-            svc.create_admin(services.uow_factory, "bench", "bench@bench.test", "password-1")
-            with services.uow_factory() as uow:
-                user = uow.users.get_user_by_email("bench@bench.test")
-            assert user is not None
+            user = bench_admin(services)
             running: list[tuple[int, int]] = []
             for n in range(args.jobs):
                 job_id = svc.create_job(

@@ -36,9 +36,9 @@ from _common import (
     fresh_database,
     print_table,
     verdict,
+    wait_for_runs,
     write_results,
 )
-from batch import wait_for_runs
 from sqlalchemy import event
 
 from speechbatch import create_app
