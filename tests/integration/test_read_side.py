@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from datetime import UTC, datetime
 from typing import Any
 
 import pytest
@@ -118,3 +119,49 @@ def test_a_poll_of_an_items_page_builds_that_page(svc: Services, admin: UserReco
     poll = _poll(svc, job_id, organization_id=admin.organization_id, page=ItemsPage(None, 1, 2))
     assert poll is not None and poll.document is not None
     assert [i["text"] for i in json.loads(poll.document)] == ["text 2", "text 3"]
+
+
+# --- timestamps in the JSON the database builds -----------------------------------------
+
+
+@pytest.mark.parametrize("moment", [
+    datetime(2026, 12, 1, 21, 5, 9, tzinfo=UTC),
+    datetime(2026, 12, 1, 21, 5, 9, 120, tzinfo=UTC),
+    datetime(1999, 1, 2, 3, 4, 5, 999999, tzinfo=UTC),
+])  # fmt: skip
+def test_the_json_writes_timestamps_in_iso_8601_with_microseconds(
+    svc: Services, admin: UserRecord, moment: datetime
+) -> None:
+    job_id = new_job(svc, admin)
+    with svc.uow_factory() as uow:
+        uow.session.execute(update(Job).where(Job.id == job_id).values(started_at=moment))
+        uow.commit()
+    with svc.uow_factory(read_only=True) as uow:
+        document = json.loads(uow.views.job_json(job_id, with_items=True))
+    # Always six digits (whole seconds too), on both databases.
+    assert document["started_at"] == moment.isoformat(timespec="microseconds")
+
+
+def test_every_poll_statement_fits_psycopgs_parse_cache() -> None:
+    # Longer statements are parsed again on every execution (85 us per poll here).
+    from psycopg._queries import MAX_CACHED_STATEMENT_LENGTH
+    from sqlalchemy.dialects import postgresql
+
+    from speechbatch.read.views import _poll_statement
+
+    for by_token in (True, False):
+        for with_items in (True, False):
+            for filtered in (None, False, True):
+                statement = _poll_statement("postgresql", by_token, with_items, filtered)
+                sql = str(statement.compile(dialect=postgresql.dialect())).encode()
+                assert len(sql) <= MAX_CACHED_STATEMENT_LENGTH, (by_token, with_items, filtered)
+
+
+@pytest.mark.parametrize("backend", ["postgresql"], indirect=True)
+def test_sb_isotime_is_inlined_by_the_planner(svc: Services) -> None:
+    with svc.uow_factory(read_only=True) as uow:
+        plan = uow.session.execute(
+            text("EXPLAIN VERBOSE SELECT sb_isotime(created_at) FROM jobs")
+        ).scalars()
+        output = "\n".join(plan)
+    assert "to_char" in output and "sb_isotime" not in output, output

@@ -442,9 +442,12 @@ def _statements(dialect: str) -> _Statements:
 
 
 def _ts(pg: bool, column: str) -> str:
-    """An ISO 8601 UTC timestamp with offset, as Python's ``isoformat()`` writes it."""
+    """An ISO 8601 UTC timestamp with offset and six digits of microseconds, as
+    ``isoformat(timespec="microseconds")`` writes it."""
     if pg:
-        return f"""to_char({column} AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US"+00:00"')"""
+        # to_char(… AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US"+00:00"'), defined
+        # once by migration 0008 (STABLE: the planner inlines it).
+        return f"sb_isotime({column})"
     # SQLite stores 'YYYY-MM-DD HH:MM:SS.ffffff' (UTC).
     return f"(replace({column}, ' ', 'T') || '+00:00')"
 
