@@ -616,12 +616,16 @@ def start_generation(
     AlreadyGenerating (or NothingToGenerate when every item is DONE already).
     """
     worker_id = runner.worker_id()
-    claimed = _claim(uow_factory, settings, runner, user, job_id, worker_id, regenerate, True)
+    claimed = _claim(
+        uow_factory, settings, runner, user, job_id, worker_id, regenerate, recovery_first=True
+    )
     if claimed is None:
         # A dead run must not block the admin's retry: recover first (through writers of
         # its own), then claim.
         recover_stale(uow_factory, settings, organization_id=user.organization_id, job_id=job_id)
-        claimed = _claim(uow_factory, settings, runner, user, job_id, worker_id, regenerate, False)
+        claimed = _claim(
+            uow_factory, settings, runner, user, job_id, worker_id, regenerate, recovery_first=False
+        )
         assert claimed is not None
     attempt, view, reason = claimed
     if attempt is None:
@@ -647,6 +651,7 @@ def _claim(
     job_id: int,
     worker_id: int,
     regenerate: bool,
+    *,
     recovery_first: bool,
 ) -> tuple[int | None, dict[str, Any] | None, str] | None:
     """One transaction: the job's head, the budget's hint and the claim, with the answer
