@@ -3,8 +3,11 @@
 Per item: a short fenced transaction marks it GENERATING and stamps the job; the
 provider call runs with no transaction or connection held; the audio is written
 atomically under a key that carries the attempt; a second fenced transaction moves the
-item to DONE or ERROR. A fenced write that wins nothing means this run was declared
-dead or superseded: it stops at once and writes nothing more. Right before each provider
+item to DONE or ERROR. A DONE finish shares its thread's next fenced transaction (the next
+item's start, most often): nothing runs between them but Python, so no transaction waits
+on a call, and the common item costs one commit instead of two. A fenced write that wins
+nothing means this run was declared dead or superseded: it stops at once and writes
+nothing more. Right before each provider
 call the run fences again if its last successful fence is no longer fresh (see
 ``FRESH_FENCE_FRACTION``), so a process that was frozen does not pay for a call.
 """
@@ -19,7 +22,7 @@ import time
 import weakref
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
-from typing import TypeVar
+from typing import Any, TypeVar
 
 from sqlalchemy.exc import InterfaceError, OperationalError
 
@@ -78,6 +81,18 @@ class _Group:
     items: list[tuple[int, str]]
 
 
+@dataclass(frozen=True)
+class _Carry:
+    """An item's DONE finish, waiting to share its thread's next fenced transaction.
+
+    ``work`` is the finish's statements; ``after`` runs once its transaction committed
+    (it raises Fenced when the finish lost, having deleted the audio it would have kept).
+    """
+
+    work: Callable[[Writer], FinishedItem]
+    after: Callable[[FinishedItem], None]
+
+
 @dataclass
 class _Run:
     job_id: int
@@ -116,6 +131,8 @@ class Runner:
         self._runs: dict[tuple[int, int], _Run] = {}
         self._lock = threading.Lock()
         self._draining = threading.Event()
+        # Per item thread: the DONE finish that its next fenced transaction carries.
+        self._carries = threading.local()
         self.gate = ProviderGate(self._slot_tx, settings, self.worker_id)
         # What the heartbeat thread runs once the background is started (set by the app).
         self.background_tick: Callable[[], object] | None = None
@@ -265,15 +282,41 @@ class Runner:
             log.exception("could not end crashed run job=%s", run.job_id)
 
     def _drain_queue(self, run: _Run, work: queue.SimpleQueue[_Group]) -> None:
-        while not self._stopping(run):
-            try:
-                group = work.get_nowait()
-            except queue.Empty:
-                return
-            try:
-                self._process_group(run, group)
-            except Fenced:
-                run.fenced.set()
+        try:
+            while not self._stopping(run):
+                try:
+                    group = work.get_nowait()
+                except queue.Empty:
+                    return
+                try:
+                    self._process_group(run, group)
+                except Fenced:
+                    run.fenced.set()
+        finally:
+            self._flush_carry(run)
+
+    def _take_carry(self) -> _Carry | None:
+        carry: _Carry | None = getattr(self._carries, "carry", None)
+        self._carries.carry = None
+        return carry
+
+    def _finish_alone(self, carry: _Carry) -> None:
+        """Commit a carried finish in a transaction of its own."""
+        carry.after(self._tx(carry.work))
+
+    def _flush_carry(self, run: _Run) -> None:
+        """The thread is leaving: commit the finish it still carries."""
+        carry = self._take_carry()
+        if carry is None:
+            return
+        try:
+            self._finish_alone(carry)
+        except Fenced:
+            run.fenced.set()
+        except Exception:
+            # The database stayed away longer than DB_RETRY_SECONDS: the item is left
+            # GENERATING and recovery finds it, as for a process that died here.
+            log.exception("could not finish an item job=%s", run.job_id)
 
     def _process_group(self, run: _Run, group: _Group) -> None:
         """Send the group's first item; its duplicates then share that audio.
@@ -342,9 +385,31 @@ class Runner:
 
     def _fenced_tx(self, run: _Run, work: Callable[[Writer], T]) -> T:
         """One fenced transaction (``work`` returns something falsy when fenced); when it
-        wins, remember when it started: the fence held at some moment after that."""
+        wins, remember when it started: the fence held at some moment after that.
+
+        The DONE finish that this thread carries (see ``_finish_later``) runs first in
+        the same transaction, and ``work`` only when that finish won. When ``work``
+        raises (a reservation the budget refuses rolls everything back), the finish is
+        committed alone before the exception goes on: a paid-for result is never dropped.
+        """
         began = time.monotonic()
-        result = self._tx(work)
+        carry = self._take_carry()
+        if carry is None:
+            result = self._tx(work)
+        else:
+
+            def both(uow: Writer) -> tuple[FinishedItem, T | None]:
+                finished = carry.work(uow)
+                return finished, (work(uow) if finished else None)
+
+            try:
+                finished, shared = self._tx(both)
+            except BaseException:
+                self._finish_alone(carry)
+                raise
+            carry.after(finished)  # raises Fenced when the finish lost (work never ran)
+            assert shared is not None
+            result = shared
         if result:
             run.fenced_at = max(run.fenced_at, began)
         return result
@@ -528,7 +593,7 @@ class Runner:
                 "provider failure job=%s attempt=%s item=%s status=%s: %s",
                 run.job_id, run.attempt, item_id, exc.status, exc.message,
             )  # fmt: skip
-            self._finish(run, item_id, holder, error_message=exc.message)
+            self._fail_item(run, item_id, holder, exc.message)
             return False
         if run.fenced.is_set():
             # Cancelled (or superseded) while the call was in flight: its answer is discarded.
@@ -537,71 +602,79 @@ class Runner:
         try:
             self.storage.write(key, audio)
         except OSError as exc:
-            self._finish(
-                run, item_id, holder, error_message=f"could not store audio: {exc.strerror}"
-            )
+            self._fail_item(run, item_id, holder, f"could not store audio: {exc.strerror}")
             return False
         replaced = started.previous_audio_path
         replaced = replaced if replaced != key else None
-        try:
-            finished = self._finish(
-                run,
-                item_id,
-                holder,
-                audio_path=key,
-                audio_bytes=len(audio),
-                audio_sha256=hashlib.sha256(audio).hexdigest(),
-                fingerprint=fingerprint,
-                replaced_audio_path=replaced,
-            )
-        except Fenced:
-            self.storage.delete(key)
-            raise
-        # Shared audio is deleted only when no other item refers to it any more.
-        if replaced and not finished.replaced_still_referenced:
-            self.storage.delete(replaced)
+        self._finish_later(run, item_id, holder, key, audio, fingerprint, replaced)
         return True
 
-    def _finish(
+    def _finish_later(
         self,
         run: _Run,
         item_id: int,
         holder: Holder,
-        *,
-        audio_path: str | None = None,
-        audio_bytes: int | None = None,
-        audio_sha256: str | None = None,
-        fingerprint: str | None = None,
-        replaced_audio_path: str | None = None,
-        error_message: str | None = None,
-    ) -> FinishedItem:
-        """Fenced: move the item to DONE or ERROR and, in the same transaction, give back
-        the slot its call still holds (after the job's row: the start's lock order)."""
+        key: str,
+        audio: bytes,
+        fingerprint: str,
+        replaced: str | None,
+    ) -> None:
+        """Make a stored item DONE in this thread's next fenced transaction (see
+        ``_fenced_tx``), which gives its slot back too; the thread's exit commits it at
+        the latest. Until then the slot stays held: nothing waits in between."""
         slot = holder.grant
+        finish = self._finish_work(
+            run,
+            item_id,
+            slot,
+            audio_path=key,
+            audio_bytes=len(audio),
+            audio_sha256=hashlib.sha256(audio).hexdigest(),
+            fingerprint=fingerprint,
+            replaced_audio_path=replaced,
+        )
+        if slot is not None:
+            holder.forget(slot)  # the finish's transaction releases it, not the holder
+
+        def after(finished: FinishedItem) -> None:
+            if slot is not None:
+                self.gate.released()
+            if not finished:
+                self.storage.delete(key)
+                raise Fenced()
+            # Shared audio is deleted only when no other item refers to it any more.
+            if replaced and not finished.replaced_still_referenced:
+                self.storage.delete(replaced)
+
+        self._carries.carry = _Carry(finish, after)
+
+    def _fail_item(self, run: _Run, item_id: int, holder: Holder, message: str) -> None:
+        """Fenced, now: move the item to ERROR and, in the same transaction, give back
+        the slot its call still holds."""
+        slot = holder.grant
+        finished = self._fenced_tx(
+            run, self._finish_work(run, item_id, slot, error_message=message)
+        )
+        if slot is not None:
+            holder.released_within(slot)
+        if not finished:
+            raise Fenced()
+
+    @staticmethod
+    def _finish_work(
+        run: _Run, item_id: int, slot: SlotGrant | None, **outcome: Any
+    ) -> Callable[[Writer], FinishedItem]:
+        """The finish's statements: the item's fenced move, then the slot's release
+        (after the job's row: the start's lock order)."""
 
         def finish(uow: Writer) -> FinishedItem:
-            finished = uow.runs.finish_item(
-                run.job_id,
-                run.attempt,
-                item_id,
-                audio_path=audio_path,
-                audio_bytes=audio_bytes,
-                audio_sha256=audio_sha256,
-                fingerprint=fingerprint,
-                replaced_audio_path=replaced_audio_path,
-                error_message=error_message,
-            )
+            finished = uow.runs.finish_item(run.job_id, run.attempt, item_id, **outcome)
             if slot is not None:
                 # Fenced by the grant's token, whether or not the finish won.
                 uow.slots.release_slot(slot)
             return finished
 
-        finished = self._fenced_tx(run, finish)
-        if slot is not None:
-            holder.released_within(slot)
-        if not finished:
-            raise Fenced()
-        return finished
+        return finish
 
     def _interrupt(self, run: _Run) -> None:
         message = (

@@ -314,6 +314,11 @@ class Holder:
         if grant is not None:
             self._gate.release(grant)
 
+    def forget(self, grant: SlotGrant) -> None:
+        """Stop holding ``grant`` without releasing it: a transaction to come does that."""
+        if self._grant == grant:
+            self._grant, self._paced = None, False
+
     def released_within(self, grant: SlotGrant) -> None:
         """The caller's committed transaction gave ``grant`` back (the item's finish)."""
         if self._grant == grant:

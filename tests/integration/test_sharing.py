@@ -228,14 +228,15 @@ def select_live_slots() -> Any:
     return select(ProviderSlot.job_id).where(ProviderSlot.released_at.is_(None))
 
 
-def test_an_item_with_a_free_slot_takes_and_returns_it_within_its_own_two_transactions(
+def test_an_item_with_a_free_slot_takes_and_returns_it_within_its_start_and_finish(
     make_svc: Callable[..., Services],
     admin: UserRecord,
     provider: FakeProvider,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """The common item pays no transaction for its slot: its start takes it, its finish
-    gives it back. Each call holds a slot of its job; none is held once the run is over."""
+    gives it back, and a finish shares one commit with the next item's start. Each call
+    holds a slot of its job; none is held once the run is over."""
     svc = make_svc(item_concurrency=1)
     commits: list[str] = []
     held_during_calls: list[list[int]] = []
@@ -268,9 +269,10 @@ def test_an_item_with_a_free_slot_takes_and_returns_it_within_its_own_two_transa
     job_id = _job(svc, admin, *(f"item {i}" for i in range(items)))
     _run_listening(svc, admin, job_id, "commit", count)
     assert held_during_calls == [[job_id]] * items
-    # Per item a start and a finish; per run its plan and its end.
+    # Per item one commit (its start, with the previous item's finish); per run the
+    # last item's finish, its plan and its end.
     assert 1 <= len(pause_reads) <= 2
-    assert len(commits) == 2 * items + 2 + len(pause_reads)
+    assert len(commits) == items + 1 + 2 + len(pause_reads)
     with svc.uow_factory(read_only=True) as uow:
         assert uow.slots.slots_in_flight(worker_dead_seconds=30, max_hold_seconds=300) == 0
 

@@ -5,15 +5,19 @@ from __future__ import annotations
 import os
 import threading
 import time
+from collections.abc import Callable
 from typing import Any
 
 import pytest
 from flask.testing import FlaskClient
+from sqlalchemy import select
 
 from speechbatch import create_app, spending
 from speechbatch.app import Services
 from speechbatch.errors import BudgetExceeded
+from speechbatch.models import Item
 from speechbatch.repositories import UserRecord
+from speechbatch.repositories.spending import SpendingRepository
 from speechbatch.runner import audio_key as runner_audio_key
 from speechbatch.services import create_admin, create_job, start_generation
 from speechbatch.spending import cancel_generation
@@ -214,6 +218,52 @@ def test_run_that_runs_out_of_budget_ends_over_budget_and_retry_resumes(
     assert job["status"] == "COMPLETED"
     assert all(n == 1 for n in provider.calls.values()) and provider.total_calls() == 6
     assert usage(svc, admin)["billed_characters"] == 36
+
+
+def test_a_reservation_refused_in_the_previous_items_commit_keeps_that_item_done(
+    make_svc: Callable[..., Services],
+    admin: UserRecord,
+    provider: FakeProvider,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """With one item at a time, each DONE finish shares its commit with the next item's
+    start, so the fourth item's refused reservation rolls back the third item's finish
+    too: the runner then commits that finish alone. The third item stays DONE with its
+    audio, billed once, and its slot is given back."""
+    svc = make_svc(item_concurrency=1)
+    spending.set_budget(svc.uow_factory, "acme", 20)  # three 6-character items fit
+    # At the refusal, what other connections see of the items (committed state only).
+    seen_at_refusal: list[list[str]] = []
+    bill = SpendingRepository.bill_call
+
+    def bill_call(self: SpendingRepository, org: int, job: int, attempt: int, n: int) -> bool:
+        won = bill(self, org, job, attempt, n)
+        if not won:
+            with svc.uow_factory(read_only=True) as other:
+                seen_at_refusal.append(
+                    list(
+                        other.session.execute(
+                            select(Item.status).where(Item.job_id == job).order_by(Item.position)
+                        ).scalars()
+                    )
+                )
+        return won
+
+    monkeypatch.setattr(SpendingRepository, "bill_call", bill_call)
+    job_id = new_job(svc, admin, 6)
+    job = run(svc, admin, job_id)
+    # The third item's DONE was not committed yet when the fourth item's reservation
+    # was refused: the two shared a transaction.
+    assert seen_at_refusal == [["DONE", "DONE", "GENERATING"] + ["PENDING"] * 3]
+    assert job["runs"][-1]["outcome"] == "OVER_BUDGET"
+    assert statuses(job) == ["DONE"] * 3 + ["PENDING"] * 3
+    assert usage(svc, admin)["billed_characters"] == 18 == received_characters(provider)
+    assert provider.total_calls() == 3
+    for item in job["items"][:3]:
+        key = audio_key(svc, admin, job_id, item["id"])
+        assert key is not None and svc.runner.storage.exists(key)
+    with svc.uow_factory(read_only=True) as uow:
+        assert uow.slots.slots_in_flight(worker_dead_seconds=30, max_hold_seconds=300) == 0
 
 
 def test_claim_answers_budget_exceeded_when_no_item_fits(
