@@ -85,11 +85,14 @@ class _Group:
 class _Carry:
     """An item's DONE finish, waiting to share its thread's next fenced transaction.
 
-    ``work`` is the finish's statements; ``after`` runs once its transaction committed
-    (it raises Fenced when the finish lost, having deleted the audio it would have kept).
+    ``work`` is the finish's fenced move; ``slot`` the provider slot its call held,
+    offered to the next item's start (which keeps it when the job is within its fair
+    share) and released otherwise; ``after`` runs once the transaction committed (it
+    raises Fenced when the finish lost, having deleted the audio it would have kept).
     """
 
     work: Callable[[Writer], FinishedItem]
+    slot: SlotGrant | None
     after: Callable[[FinishedItem], None]
 
 
@@ -302,7 +305,39 @@ class Runner:
 
     def _finish_alone(self, carry: _Carry) -> None:
         """Commit a carried finish in a transaction of its own."""
-        carry.after(self._tx(carry.work))
+        carry.after(self._tx(lambda uow: self._carried(uow, carry, None)[0]))
+
+    def _carried(
+        self, uow: Writer, carry: _Carry, work: Callable[[Writer], T] | None
+    ) -> tuple[FinishedItem, T | None]:
+        """In ``uow``: the carried finish, then ``work`` when it won. While ``work`` runs
+        the finished call's slot is on offer (``_offered_slot``); a slot that it did not
+        take is released last, fenced by its token whether or not the finish won."""
+        finished = carry.work(uow)
+        offer = [] if carry.slot is None else [carry.slot]
+        result = None
+        if finished and work is not None:
+            self._carries.offer = offer
+            try:
+                result = work(uow)
+            finally:
+                self._carries.offer = []
+        if offer:
+            uow.slots.release_slot(offer[0])
+        return finished, result
+
+    def _offered_slot(self, slots: SlotRepository, run: _Run) -> SlotGrant | None:
+        """The slot of the item this thread has just finished, kept for the next call
+        when the job is still within its fair share (one statement instead of a release
+        and an acquire); released here when not, so that the acquire can count it free."""
+        offer: list[SlotGrant] = getattr(self._carries, "offer", [])
+        if not offer:
+            return None
+        grant = offer.pop()
+        if self.gate.renew_within(slots, run.job_id, grant):
+            return grant
+        slots.release_slot(grant)
+        return None
 
     def _flush_carry(self, run: _Run) -> None:
         """The thread is leaving: commit the finish it still carries."""
@@ -397,13 +432,8 @@ class Runner:
         if carry is None:
             result = self._tx(work)
         else:
-
-            def both(uow: Writer) -> tuple[FinishedItem, T | None]:
-                finished = carry.work(uow)
-                return finished, (work(uow) if finished else None)
-
             try:
-                finished, shared = self._tx(both)
+                finished, shared = self._tx(lambda uow: self._carried(uow, carry, work))
             except BaseException:
                 self._finish_alone(carry)
                 raise
@@ -521,7 +551,9 @@ class Runner:
             ):
                 return started, None
             # After the job's row: the lock order of the finish (job, item, slot).
-            slot = self.gate.try_within(uow.slots, run.job_id, run.attempt)
+            slot = self._offered_slot(uow.slots, run) or self.gate.try_within(
+                uow.slots, run.job_id, run.attempt
+            )
             self._bill(run, uow, characters)
             return replace(started, reusable_item_id=None), slot
 
@@ -620,13 +652,13 @@ class Runner:
         replaced: str | None,
     ) -> None:
         """Make a stored item DONE in this thread's next fenced transaction (see
-        ``_fenced_tx``), which gives its slot back too; the thread's exit commits it at
-        the latest. Until then the slot stays held: nothing waits in between."""
+        ``_fenced_tx``), which keeps its slot for the next call or gives it back; the
+        thread's exit commits it at the latest. Nothing waits in between."""
         slot = holder.grant
         finish = self._finish_work(
             run,
             item_id,
-            slot,
+            None,  # the slot is the carry's: _carried keeps or releases it
             audio_path=key,
             audio_bytes=len(audio),
             audio_sha256=hashlib.sha256(audio).hexdigest(),
@@ -634,7 +666,7 @@ class Runner:
             replaced_audio_path=replaced,
         )
         if slot is not None:
-            holder.forget(slot)  # the finish's transaction releases it, not the holder
+            holder.forget(slot)  # the carry's transaction keeps or releases it, not the holder
 
         def after(finished: FinishedItem) -> None:
             if slot is not None:
@@ -646,7 +678,7 @@ class Runner:
             if replaced and not finished.replaced_still_referenced:
                 self.storage.delete(replaced)
 
-        self._carries.carry = _Carry(finish, after)
+        self._carries.carry = _Carry(finish, slot, after)
 
     def _fail_item(self, run: _Run, item_id: int, holder: Holder, message: str) -> None:
         """Fenced, now: move the item to ERROR and, in the same transaction, give back

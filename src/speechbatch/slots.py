@@ -98,6 +98,24 @@ class ProviderGate:
             return None
         return self._acquire_slot(slots, job_id, attempt)
 
+    def renew_within(self, slots: SlotRepository, job_id: int, grant: SlotGrant) -> bool:
+        """Keep a slot for the job's next call, inside the caller's transaction (the
+        finish of the call that held it and the start of the next): whether it was kept.
+
+        Refused when a thread of this process waits for a slot (it gets this one) or the
+        job holds more than its fair share now, so a job that runs on does not keep
+        another from its turn any longer than a release and an acquire would.
+        """
+        if self._heads:
+            return False
+        return slots.renew_slot(
+            grant,
+            job_id,
+            capacity=self.settings.provider_concurrency,
+            worker_dead_seconds=self.settings.worker_dead_seconds,
+            max_hold_seconds=self.max_hold_seconds,
+        )
+
     def release(self, grant: SlotGrant) -> None:
         """Give the slot back (fenced by its token) and wake this process's waiters."""
         try:

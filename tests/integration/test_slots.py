@@ -56,6 +56,15 @@ def _release(svc: Services, grant: SlotGrant) -> bool:
     return won
 
 
+def _renew(svc: Services, grant: SlotGrant, job_id: int, cap: int) -> bool:
+    with svc.uow_factory() as uow:
+        won = uow.slots.renew_slot(
+            grant, job_id, capacity=cap, worker_dead_seconds=DEAD, max_hold_seconds=HOLD
+        )
+        uow.commit()
+    return won
+
+
 def _in_flight(svc: Services) -> int:
     with svc.uow_factory(read_only=True) as uow:
         return uow.slots.slots_in_flight(worker_dead_seconds=DEAD, max_hold_seconds=HOLD)
@@ -114,15 +123,21 @@ def test_a_dead_holders_slot_is_reclaimed(svc: Services, admin: UserRecord) -> N
     assert (second.slot, second.token) == (first.slot, first.token + 1)
 
 
-def test_a_stale_release_changes_nothing(svc: Services, admin: UserRecord) -> None:
+def test_a_stale_grant_neither_releases_nor_keeps_the_slot(
+    svc: Services, admin: UserRecord
+) -> None:
     dead_worker, live_worker = _worker(svc), _worker(svc)
     job_id, attempt = _running_job(svc, admin)
     first = _acquire(svc, dead_worker, job_id, attempt, 1)
     assert first is not None
     set_worker(svc, dead_worker, heartbeat_at=db_ago(DEAD + 5))
+    assert not _renew(svc, first, job_id, 1)  # its worker looks dead: nothing to keep
     second = _acquire(svc, live_worker, job_id, attempt, 1)
-    assert second is not None
-    assert not _release(svc, first)  # the zombie wakes and releases its old grant
+    assert second is not None and second.slot == first.slot
+    set_worker(svc, dead_worker, heartbeat_at=db_ago(0))  # the zombie wakes up
+    assert not _renew(svc, first, job_id, 1)  # the slot is another grant's now
+    assert not _release(svc, first)  # and it releases its old grant
+    assert _renew(svc, second, job_id, 1)
     assert _in_flight(svc) == 1
     assert _acquire(svc, live_worker, job_id, attempt, 1) is None
     assert _release(svc, second)
@@ -176,6 +191,32 @@ def test_a_lone_job_may_take_every_slot(svc: Services, admin: UserRecord) -> Non
     grants = [_acquire(svc, worker_id, job_id, attempt, 4) for _ in range(5)]
     assert [g is not None for g in grants] == [True, True, True, True, False]
     assert sorted(g.slot for g in grants if g) == [0, 1, 2, 3]
+
+
+def test_a_job_within_its_share_keeps_its_slot_for_the_next_call(
+    svc: Services, admin: UserRecord
+) -> None:
+    worker_id = _worker(svc)
+    job_id, attempt = _running_job(svc, admin)
+    grant = _acquire(svc, worker_id, job_id, attempt, 2, hold=0.5)
+    assert grant is not None
+    time.sleep(0.3)
+    assert _renew(svc, grant, job_id, 2)
+    time.sleep(0.3)  # past the first lease, within the renewed one: still held
+    assert _acquire(svc, worker_id, job_id, attempt, 1, hold=0.5) is None
+    assert _release(svc, grant)  # the same token still releases it
+    assert not _renew(svc, grant, job_id, 2)  # released: nothing to keep
+
+
+def test_a_renewal_is_refused_over_the_fair_share(svc: Services, admin: UserRecord) -> None:
+    worker_id = _worker(svc)
+    big, big_attempt = _running_job(svc, admin)
+    first, second = (_acquire(svc, worker_id, big, big_attempt, 2) for _ in range(2))
+    assert first is not None and second is not None
+    _running_job(svc, admin)  # a second job runs: the share is one slot each
+    assert not _renew(svc, first, big, 2)  # the big job holds two
+    assert _release(svc, first)  # what the runner does then
+    assert _renew(svc, second, big, 2)  # one is its share
 
 
 def test_the_pace_books_starts_one_interval_apart(svc: Services) -> None:

@@ -103,6 +103,15 @@ def _statements(dialect: str) -> dict[str, Executable]:
         WHERE NOT ({_live(dialect, "provider_slots")})
         RETURNING slot, token
     """
+    # Keep a held slot for the same run's next call: only while it is live under this
+    # token and the job holds no more than its fair share (this slot included).
+    renew = f"""
+        UPDATE provider_slots SET acquired_at = {now}
+        WHERE slot = :slot AND token = :token AND {_live(dialect, "provider_slots")}
+          AND (SELECT count(*) FROM provider_slots s WHERE s.job_id = :job
+                 AND {_live(dialect, "s")}) <= {share}
+        RETURNING slot
+    """
     release = f"""
         UPDATE provider_slots SET released_at = {now}
         WHERE slot = :slot AND token = :token AND released_at IS NULL
@@ -135,6 +144,7 @@ def _statements(dialect: str) -> dict[str, Executable]:
     times = {"starts_at": UTCDateTime(), "now": UTCDateTime(), "next_start_at": UTCDateTime()}
     return {
         "acquire": text(acquire),
+        "renew": text(renew),
         "release": text(release),
         "in_flight": text(in_flight),
         "reserve": text(reserve).columns(starts_at=times["starts_at"], now=times["now"]),
@@ -214,6 +224,32 @@ class SlotRepository:
             },
         ).first()
         return None if row is None else SlotGrant(int(row.slot), int(row.token))
+
+    def renew_slot(
+        self,
+        grant: SlotGrant,
+        job_id: int,
+        *,
+        capacity: int,
+        worker_dead_seconds: float,
+        max_hold_seconds: float,
+    ) -> bool:
+        """Compare-and-set: keep a slot held under ``grant`` for the job's next call
+        (its lease restarts); whether it won. Refused when the slot is no longer live
+        under that token (reclaimed, released, its worker dead) or the job holds more
+        than its fair share, ceil(capacity / GENERATING jobs), counting this slot."""
+        row = self.session.execute(
+            self._sql["renew"],
+            {
+                "slot": grant.slot,
+                "token": grant.token,
+                "job": job_id,
+                "cap": int(capacity),
+                "neg_dead": -float(worker_dead_seconds),
+                "neg_hold": -float(max_hold_seconds),
+            },
+        ).first()
+        return row is not None
 
     def release_slot(self, grant: SlotGrant) -> bool:
         """Compare-and-set: release a slot still held under this grant's token; whether it won."""
