@@ -22,7 +22,7 @@ import time
 import weakref
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
 from sqlalchemy.exc import InterfaceError, OperationalError
 
@@ -438,8 +438,8 @@ class Runner:
                 self._finish_alone(carry)
                 raise
             carry.after(finished)  # raises Fenced when the finish lost (work never ran)
-            assert shared is not None
-            result = shared
+            # The finish won, so ``work`` ran: ``shared`` is its result (None included).
+            result = cast(T, shared)
         if result:
             run.fenced_at = max(run.fenced_at, began)
         return result

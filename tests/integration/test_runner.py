@@ -15,6 +15,7 @@ from speechbatch import runner as runner_module
 from speechbatch.app import Services
 from speechbatch.config import Settings
 from speechbatch.repositories import StaleJob, UserRecord
+from speechbatch.repositories.runs import RunsRepository
 from speechbatch.services import get_job, start_generation
 from tests.conftest import close_services, services, with_settings
 from tests.fakes import FakeProvider, fake_audio, permanent, retryable
@@ -219,3 +220,31 @@ def test_run_stalled_before_its_call_past_a_takeover_sends_nothing(
     finally:
         release.set()
         close_services(svc)
+
+
+def test_an_item_no_longer_startable_is_skipped_and_the_previous_finish_kept(
+    make_svc: Any, admin: UserRecord, provider: FakeProvider, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """With one item at a time the second item's start carries the first item's finish.
+    When that start finds its item taken (its move matches nothing while the fence holds),
+    the finish still commits, the item is skipped, and the run goes on to the third."""
+    svc = make_svc(item_concurrency=1)
+    start_item = RunsRepository.start_item
+    taken: list[int] = []
+
+    def start_unless_second(self: RunsRepository, job_id: int, attempt: int, item_id: int,
+                            **kwargs: Any) -> Any:  # fmt: skip
+        if item_id == second:
+            taken.append(item_id)
+            return None
+        return start_item(self, job_id, attempt, item_id, **kwargs)
+
+    monkeypatch.setattr(RunsRepository, "start_item", start_unless_second)
+    job_id = new_job(svc, admin, 3)
+    second = view(svc, admin, job_id)["items"][1]["id"]
+    job = _run(svc, admin, job_id)
+    assert taken == [second]
+    assert statuses(job) == ["DONE", "PENDING", "DONE"]
+    assert job["status"] == "FAILED" and job["runs"][-1]["outcome"] == "FAILED"
+    assert provider.calls == {"text 1": 1, "text 3": 1}
+    assert len(_audio_files(svc)) == 2
