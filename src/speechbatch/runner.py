@@ -528,12 +528,14 @@ class Runner:
             log.warning("could not refund an unsent call job=%s", run.job_id, exc_info=True)
 
     def _process_item(self, run: _Run, item_id: int, text: str, fingerprint: str) -> bool:
-        """Reuse or send one item; whether it ended DONE with audio.
+        """Reuse or send one item; whether it ended DONE with audio (a sent item's DONE
+        commits in the thread's next fenced transaction, see ``_finish_later``).
 
-        One fenced transaction starts it, looks its fingerprint up (never for a
-        regenerate) and either shares the audio found or reserves and records the
-        call's characters and takes a free provider slot; the call runs with no
-        transaction open; a second fenced transaction finishes it and gives the slot back.
+        One fenced transaction starts it (with the previous item's finish, if any),
+        looks its fingerprint up (never for a regenerate) and either shares the audio
+        found or reserves and records the call's characters and keeps or takes a
+        provider slot; the call runs with no transaction open; a second fenced
+        transaction finishes it and keeps the slot for the next call or gives it back.
         """
         characters = len(text)
         lookup = None if run.regenerate else fingerprint
