@@ -22,7 +22,7 @@ import time
 import weakref
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
-from typing import Any, TypeVar, cast
+from typing import TypeVar, cast
 
 from sqlalchemy.exc import InterfaceError, OperationalError
 
@@ -656,17 +656,21 @@ class Runner:
         """Make a stored item DONE in this thread's next fenced transaction (see
         ``_fenced_tx``), which keeps its slot for the next call or gives it back; the
         thread's exit commits it at the latest. Nothing waits in between."""
-        slot = holder.grant
-        finish = self._finish_work(
-            run,
-            item_id,
-            None,  # the slot is the carry's: _carried keeps or releases it
-            audio_path=key,
-            audio_bytes=len(audio),
-            audio_sha256=hashlib.sha256(audio).hexdigest(),
-            fingerprint=fingerprint,
-            replaced_audio_path=replaced,
-        )
+        slot = holder.grant  # the carry's now: _carried keeps it or releases it
+        sha256 = hashlib.sha256(audio).hexdigest()
+
+        def finish(uow: Writer) -> FinishedItem:
+            return uow.runs.finish_item(
+                run.job_id,
+                run.attempt,
+                item_id,
+                audio_path=key,
+                audio_bytes=len(audio),
+                audio_sha256=sha256,
+                fingerprint=fingerprint,
+                replaced_audio_path=replaced,
+            )
+
         if slot is not None:
             holder.forget(slot)  # the carry's transaction keeps or releases it, not the holder
 
@@ -686,29 +690,20 @@ class Runner:
         """Fenced, now: move the item to ERROR and, in the same transaction, give back
         the slot its call still holds."""
         slot = holder.grant
-        finished = self._fenced_tx(
-            run, self._finish_work(run, item_id, slot, error_message=message)
-        )
+
+        def fail(uow: Writer) -> FinishedItem:
+            finished = uow.runs.finish_item(run.job_id, run.attempt, item_id, error_message=message)
+            if slot is not None:
+                # Fenced by the grant's token, whether or not the finish won; after the
+                # job's row, the start's lock order.
+                uow.slots.release_slot(slot)
+            return finished
+
+        finished = self._fenced_tx(run, fail)
         if slot is not None:
             holder.released_within(slot)
         if not finished:
             raise Fenced()
-
-    @staticmethod
-    def _finish_work(
-        run: _Run, item_id: int, slot: SlotGrant | None, **outcome: Any
-    ) -> Callable[[Writer], FinishedItem]:
-        """The finish's statements: the item's fenced move, then the slot's release
-        (after the job's row: the start's lock order)."""
-
-        def finish(uow: Writer) -> FinishedItem:
-            finished = uow.runs.finish_item(run.job_id, run.attempt, item_id, **outcome)
-            if slot is not None:
-                # Fenced by the grant's token, whether or not the finish won.
-                uow.slots.release_slot(slot)
-            return finished
-
-        return finish
 
     def _interrupt(self, run: _Run) -> None:
         message = (
