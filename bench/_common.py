@@ -88,13 +88,7 @@ def bench_settings(database_url: str, storage_dir: str, **changes: Any) -> Any:
 
 def bench_admin(services: Any) -> Any:
     """Create the admin "bench@bench.test" of organization "bench"; its user record."""
-    from speechbatch.services import create_admin
-
-    create_admin(services.uow_factory, "bench", "bench@bench.test", "password-1")
-    with services.uow_factory(read_only=True) as uow:
-        user = uow.users.get_user_by_email("bench@bench.test")
-    assert user is not None
-    return user
+    return importlib.import_module("tests.helpers").new_admin(services, "bench", "bench@bench.test")
 
 
 def wait_for_runs(services: Any, timeout: float) -> None:

@@ -28,6 +28,7 @@ from typing import Any
 import psycopg
 from _common import (
     PG_ADMIN_DSN,
+    bench_admin,
     bench_settings,
     fake_provider,
     fresh_database,
@@ -131,10 +132,8 @@ def main() -> None:
                 app = create_app(settings, provider=fake_provider(latency=LATENCY))
                 by_concurrency[concurrency] = app.extensions["speechbatch"]
             first = next(iter(by_concurrency.values()))
-            svc.create_admin(first.uow_factory, "bench", "bench@bench.test", "password-1")
+            user = bench_admin(first)
             spending.set_budget(first.uow_factory, "bench", 10**9)
-            with first.uow_factory() as uow:
-                user = uow.users.get_user_by_email("bench@bench.test")
             for services in by_concurrency.values():
                 services.runner.worker_id()
             for round_no in range(args.rounds):

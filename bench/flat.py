@@ -20,6 +20,7 @@ import time
 from typing import Any
 
 from _common import (
+    bench_admin,
     bench_settings,
     fake_provider,
     fresh_database,
@@ -51,11 +52,8 @@ def main() -> None:
         app = create_app(settings, provider=fake_provider())
         services: Services = app.extensions["speechbatch"]
         try:
-            svc.create_admin(services.uow_factory, "bench", "bench@bench.test", "password-1")
+            user = bench_admin(services)
             token = svc.create_token(services.uow_factory, "bench@bench.test")
-            with services.uow_factory() as uow:
-                user = uow.users.get_user_by_email("bench@bench.test")
-            assert user is not None
             client = app.test_client()
             auth = {"Authorization": f"Bearer {token}"}
             cases: dict[str, tuple[str, dict[str, str]]] = {}

@@ -23,6 +23,7 @@ import time
 from typing import Any
 
 from _common import (
+    bench_admin,
     bench_settings,
     fake_provider,
     fresh_database,
@@ -45,12 +46,6 @@ from speechbatch.models import Item, ItemStatus, Job, JobStatus
 TARGET_RATIO = 1.2
 TARGET_STATEMENTS = 4.0
 ROWS_PER_JOB = 5000
-
-
-def _user(services: Services) -> Any:
-    svc.create_admin(services.uow_factory, "bench", "bench@bench.test", "password-1")
-    with services.uow_factory(read_only=True) as uow:
-        return uow.users.get_user_by_email("bench@bench.test")
 
 
 def store_audio(services: Services, org: int, start: int, count: int) -> None:
@@ -164,7 +159,7 @@ def run_backend(backend: str, args: argparse.Namespace) -> dict[str, Any]:
         app = create_app(settings, provider=fake_provider())
         services: Services = app.extensions["speechbatch"]
         try:
-            user = _user(services)
+            user = bench_admin(services)
             services.runner.worker_id()
             out: dict[str, Any] = {"reused_item": statements_per_reused_item(services, user, 200)}
             job_id, item_ids = probe_job(services, user)

@@ -31,6 +31,7 @@ from collections import Counter
 from typing import Any
 
 from _common import (
+    bench_admin,
     bench_settings,
     fake_provider,
     fresh_database,
@@ -113,12 +114,6 @@ class Counters:
         with self.lock:
             self.statements.clear()
             self.pings = self.commits = self.begins = 0
-
-
-def _user(services: Services) -> Any:
-    svc.create_admin(services.uow_factory, "bench", "bench@bench.test", "password-1")
-    with services.uow_factory() as uow:
-        return uow.users.get_user_by_email("bench@bench.test")
 
 
 def run_job(services: Services, user: Any, n: int) -> None:
@@ -215,7 +210,7 @@ def run_backend(backend: str, small: int, large: int) -> dict[str, Any]:
         app = create_app(settings, provider=fake_provider(latency=0.0))
         services: Services = app.extensions["speechbatch"]
         try:
-            user = _user(services)
+            user = bench_admin(services)
             services.runner.worker_id()
             # Memory first (no listener attached yet), then the statement counts.
             run_job(services, user, small)  # warm up caches and the pool

@@ -20,8 +20,9 @@ from speechbatch.app import Services
 from speechbatch.config import Settings
 from speechbatch.migrate import upgrade
 from speechbatch.repositories import UserRecord
-from speechbatch.services import create_admin, create_token
+from speechbatch.services import create_token
 from tests.fakes import FakeProvider
+from tests.helpers import new_admin
 from tests.support.server import pg_unreachable_reason
 
 PG_ADMIN_DSN = os.environ.get(
@@ -176,11 +177,7 @@ def client(app: Flask) -> FlaskClient:
 @pytest.fixture
 def admin(svc: Services) -> UserRecord:
     """An admin in organization acme."""
-    create_admin(svc.uow_factory, "acme", "admin@acme.test", "password-1")
-    with svc.uow_factory() as uow:
-        user = uow.users.get_user_by_email("admin@acme.test")
-    assert user is not None
-    return user
+    return new_admin(svc, "acme", "admin@acme.test")
 
 
 @pytest.fixture

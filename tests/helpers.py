@@ -13,7 +13,7 @@ from sqlalchemy import func, select, update
 from speechbatch.app import Services
 from speechbatch.models import Item, Job, Worker
 from speechbatch.repositories import UserRecord
-from speechbatch.services import Limits, create_job
+from speechbatch.services import Limits, create_admin, create_job
 
 T = TypeVar("T")
 LIMITS = Limits(voices=("alloy", "echo"), max_chars=4096)
@@ -29,6 +29,17 @@ def wait_for(check: Callable[[], T], timeout: float = 10.0, interval: float = 0.
         if time.monotonic() > deadline:
             raise AssertionError(f"condition not met within {timeout} s (last: {value!r})")
         time.sleep(interval)
+
+
+def new_admin(
+    svc: Services, organization: str, email: str, password: str = "password-1"
+) -> UserRecord:
+    """Create an admin of ``organization`` (created too if new); their user record."""
+    create_admin(svc.uow_factory, organization, email, password)
+    with svc.uow_factory(read_only=True) as uow:
+        user = uow.users.get_user_by_email(email)
+    assert user is not None
+    return user
 
 
 def new_job(svc: Services, user: UserRecord, n: int = 3, title: str = "job") -> int:

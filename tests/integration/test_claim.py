@@ -9,8 +9,8 @@ import pytest
 from speechbatch.app import Services
 from speechbatch.errors import AlreadyGenerating, NotFound, NothingToGenerate
 from speechbatch.repositories import UserRecord
-from speechbatch.services import create_admin, start_generation
-from tests.helpers import claim, new_job, set_items, view
+from speechbatch.services import start_generation
+from tests.helpers import claim, new_admin, new_job, set_items, view
 
 THREADS = 32
 
@@ -70,10 +70,7 @@ def test_job_with_every_item_done_has_nothing_to_generate(svc: Services, admin: 
 
 def test_claim_of_another_organizations_job_is_not_found(svc: Services, admin: UserRecord) -> None:
     job_id = new_job(svc, admin)
-    create_admin(svc.uow_factory, "other", "eve@other.test", "password-2")
-    with svc.uow_factory() as uow:
-        eve = uow.users.get_user_by_email("eve@other.test")
-    assert eve is not None
+    eve = new_admin(svc, "other", "eve@other.test", "password-2")
     with pytest.raises(NotFound):
         start_generation(svc.uow_factory, svc.settings, svc.runner, eve, job_id)
     assert view(svc, admin, job_id)["status"] == "PENDING"

@@ -15,9 +15,9 @@ from werkzeug.test import TestResponse
 from speechbatch.app import Services
 from speechbatch.models import Item
 from speechbatch.repositories import UserRecord
-from speechbatch.services import create_admin, get_job
+from speechbatch.services import get_job
 from tests.fakes import FakeProvider, permanent
-from tests.helpers import ago, claim, new_job, set_items, set_job, view, wait_for
+from tests.helpers import ago, claim, new_admin, new_job, set_items, set_job, view, wait_for
 
 PASSWORD = "password-1"
 HOSTILE = '<script>alert("x")</script>'
@@ -508,10 +508,7 @@ def test_other_organizations_job_is_not_found(
     browser: tuple[FlaskClient, str], svc: Services, provider: FakeProvider
 ) -> None:
     client, token = browser
-    create_admin(svc.uow_factory, "globex", "boss@globex.test", PASSWORD)
-    with svc.uow_factory() as uow:
-        other = uow.users.get_user_by_email("boss@globex.test")
-    assert other is not None
+    other = new_admin(svc, "globex", "boss@globex.test", PASSWORD)
     job_id = new_job(svc, other, title="secret plans")
     response = client.get(f"/jobs/{job_id}")
     assert response.status_code == 404

@@ -19,11 +19,11 @@ from speechbatch.models import Item
 from speechbatch.repositories import UserRecord
 from speechbatch.repositories.spending import SpendingRepository
 from speechbatch.runner import audio_key as runner_audio_key
-from speechbatch.services import create_admin, create_job, start_generation
+from speechbatch.services import create_job, start_generation
 from speechbatch.spending import cancel_generation
 from tests.conftest import close_services, services
 from tests.fakes import FakeProvider, retryable
-from tests.helpers import LIMITS, new_job, statuses, view, wait_for
+from tests.helpers import LIMITS, new_admin, new_job, statuses, view, wait_for
 from tests.integration.test_pages import sign_in, text_of
 
 
@@ -86,11 +86,7 @@ def job_of(svc: Services, user: UserRecord, texts: list[str], voice: str = "allo
 
 
 def other_admin(svc: Services) -> UserRecord:
-    create_admin(svc.uow_factory, "globex", "boss@globex.test", "password-1")
-    with svc.uow_factory(read_only=True) as uow:
-        user = uow.users.get_user_by_email("boss@globex.test")
-    assert user is not None
-    return user
+    return new_admin(svc, "globex", "boss@globex.test")
 
 
 # --- cancel ----------------------------------------------------------------------------
