@@ -5,12 +5,13 @@ while a job runs through ``services.start_generation`` (FakeProvider, no latency
 The per-run constant (claim, reads, finish) is removed by running a small and a large
 job: per item = (S(large) - S(small)) / (large - small). Target: at most 6 per item
 (the start's fence and move, the budget reservation and the run's ledger line; the
-finish's fence and move; the reuse lookup rides in the start's move). Every job has texts
+finish's move, which shares the next start's fence; the provider slot's renewal; the
+reuse lookup rides in the start's move). Every job has texts
 of its own, so each item is sent (a reused item costs 4: bench/reuse.py).
-Transaction framing (BEGIN, COMMIT, SQLite's PRAGMA query_only at BEGIN) and the
-worker's time-based heartbeat are not statements of the item; they are reported
-separately, and "driver calls" adds them up with the pool's pre-ping (on PostgreSQL each
-is a network round trip).
+Transaction framing (BEGIN, COMMIT, SQLite's PRAGMA query_only at BEGIN), the worker's
+heartbeat and the read of a 429 pause (both by the clock) are not statements of the
+item; they are reported separately, and "driver calls" adds them up with the pool's
+pre-ping (on PostgreSQL each is a network round trip).
 
 Memory: tracemalloc peak while creating and running a 1,000-item job against a 10-item
 job in the same process; per 1,000 items = (peak(1000) - peak(10)) x 1000 / 990.
@@ -127,9 +128,11 @@ def run_job(services: Services, user: Any, n: int) -> None:
 
 
 # Transaction framing (SQLite's writer also sets PRAGMA query_only at its BEGIN, so that a
-# pooled connection never carries a reader's setting into a writer) and time-based
-# heartbeats. "driver calls" still counts all of them.
-NOT_PER_ITEM = ("BEGIN", "PRAGMA query_only", "UPDATE workers")
+# pooled connection never carries a reader's setting into a writer) and what runs by the
+# clock, not per item: the worker's heartbeat, and the read of a deployment-wide 429
+# pause, at most once per PAUSE_CACHE_SECONDS per process (slots.py). "driver calls"
+# still counts all of them.
+NOT_PER_ITEM = ("BEGIN", "PRAGMA query_only", "UPDATE workers", "SELECT provider_pace")
 
 
 def count_statements(

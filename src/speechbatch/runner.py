@@ -32,7 +32,7 @@ from .errors import BudgetExceeded, Fenced
 from .fingerprints import fingerprinter
 from .providers.base import ProviderError, TTSProvider
 from .providers.retry import synthesize_with_retries
-from .repositories.runs import FinishedItem, StartedItem
+from .repositories.runs import DoneItem, FinishedItem, StartedItem
 from .repositories.slots import SlotGrant, SlotRepository
 from .slots import CallNotStarted, Holder, ProviderGate
 from .storage import LocalStorage
@@ -85,15 +85,41 @@ class _Group:
 class _Carry:
     """An item's DONE finish, waiting to share its thread's next fenced transaction.
 
-    ``work`` is the finish's fenced move; ``slot`` the provider slot its call held,
-    offered to the next item's start (which keeps it when the job is within its fair
-    share) and released otherwise; ``after`` runs once the transaction committed (it
-    raises Fenced when the finish lost, having deleted the audio it would have kept).
+    ``done`` is what the finish records (the next item's start folds it into its own
+    fenced move); ``slot`` the provider slot its call held, offered to the next item's
+    start (which keeps it when the job is within its fair share) and released otherwise;
+    ``after`` runs once the transaction committed (it raises Fenced when the finish
+    lost, having deleted the audio it would have kept).
     """
 
-    work: Callable[[Writer], FinishedItem]
+    job_id: int
+    attempt: int
+    done: DoneItem
     slot: SlotGrant | None
     after: Callable[[FinishedItem], None]
+
+    def finish(self, uow: Writer) -> FinishedItem:
+        """The finish's fenced move on its own."""
+        done = self.done
+        return uow.runs.finish_item(
+            self.job_id,
+            self.attempt,
+            done.item_id,
+            audio_path=done.audio_path,
+            audio_bytes=done.audio_bytes,
+            audio_sha256=done.audio_sha256,
+            fingerprint=done.fingerprint,
+            replaced_audio_path=done.replaced_audio_path,
+        )
+
+
+class _FinishLost(Fenced):
+    """A folded finish lost while its start won: the transaction must not commit, and
+    the run stops as when fenced (the item was not this run's to finish)."""
+
+
+# fold(uow, done): a start that makes ``done`` DONE in its own fenced move (see _carried).
+Fold = Callable[[Writer, DoneItem], tuple[FinishedItem, T | None]]
 
 
 @dataclass
@@ -308,20 +334,30 @@ class Runner:
         carry.after(self._tx(lambda uow: self._carried(uow, carry, None)[0]))
 
     def _carried(
-        self, uow: Writer, carry: _Carry, work: Callable[[Writer], T] | None
+        self,
+        uow: Writer,
+        carry: _Carry,
+        work: Callable[[Writer], T] | None,
+        fold: Fold[T] | None = None,
     ) -> tuple[FinishedItem, T | None]:
-        """In ``uow``: the carried finish, then ``work`` when it won. While ``work`` runs
-        the finished call's slot is on offer (``_offered_slot``); a slot that it did not
-        take is released last, fenced by its token whether or not the finish won."""
-        finished = carry.work(uow)
+        """In ``uow``: the carried finish, then ``work`` when it won; or ``fold``, which
+        does both in one fenced move (a start). Meanwhile the finished call's slot is
+        on offer (``_offered_slot``); a slot not taken is released last, fenced by its
+        token whether or not the finish won."""
         offer = [] if carry.slot is None else [carry.slot]
-        result = None
-        if finished and work is not None:
-            self._carries.offer = offer
-            try:
-                result = work(uow)
-            finally:
-                self._carries.offer = []
+        self._carries.offer = offer
+        try:
+            if fold is not None:
+                finished, result = fold(uow, carry.done)
+                if not finished:
+                    # Not this run's item to finish although the fence held: keep nothing
+                    # of the start either (_fenced_tx then commits the finish alone).
+                    raise _FinishLost()
+            else:
+                finished = carry.finish(uow)
+                result = work(uow) if finished and work is not None else None
+        finally:
+            self._carries.offer = []
         if offer:
             uow.slots.release_slot(offer[0])
         return finished, result
@@ -418,14 +454,15 @@ class Runner:
             run.job_id, run.attempt, item_id, characters, run.over_budget,
         )  # fmt: skip
 
-    def _fenced_tx(self, run: _Run, work: Callable[[Writer], T]) -> T:
+    def _fenced_tx(self, run: _Run, work: Callable[[Writer], T], fold: Fold[T] | None = None) -> T:
         """One fenced transaction (``work`` returns something falsy when fenced); when it
         wins, remember when it started: the fence held at some moment after that.
 
         The DONE finish that this thread carries (see ``_finish_later``) runs first in
-        the same transaction, and ``work`` only when that finish won. When ``work``
-        raises (a reservation the budget refuses rolls everything back), the finish is
-        committed alone before the exception goes on: a paid-for result is never dropped.
+        the same transaction, and ``work`` only when that finish won; with ``fold`` (an
+        item's start), ``fold`` runs instead of both. When the transaction raises (a
+        reservation the budget refuses rolls everything back), the finish is committed
+        alone before the exception goes on: a paid-for result is never dropped.
         """
         began = time.monotonic()
         carry = self._take_carry()
@@ -433,7 +470,7 @@ class Runner:
             result = self._tx(work)
         else:
             try:
-                finished, shared = self._tx(lambda uow: self._carried(uow, carry, work))
+                finished, shared = self._tx(lambda uow: self._carried(uow, carry, work, fold))
             except BaseException:
                 self._finish_alone(carry)
                 raise
@@ -540,15 +577,15 @@ class Runner:
         characters = len(text)
         lookup = None if run.regenerate else fingerprint
 
-        def start(uow: Writer) -> tuple[StartedItem, SlotGrant | None] | None:
+        def begin(
+            uow: Writer, started: StartedItem | None
+        ) -> tuple[StartedItem, SlotGrant | None] | None:
             # Answers with reusable_item_id set only when the audio was shared, and with
             # the slot this transaction took for the call (None: it waits for one).
-            runs = uow.runs
-            started = runs.start_item(run.job_id, run.attempt, item_id, reuse_fingerprint=lookup)
             if started is None:
                 return None
             source = started.reusable_item_id
-            if source is not None and runs.reuse_audio(
+            if source is not None and uow.runs.reuse_audio(
                 run.job_id, run.attempt, item_id, source, fingerprint
             ):
                 return started, None
@@ -559,8 +596,23 @@ class Runner:
             self._bill(run, uow, characters)
             return replace(started, reusable_item_id=None), slot
 
+        def start(uow: Writer) -> tuple[StartedItem, SlotGrant | None] | None:
+            return begin(
+                uow,
+                uow.runs.start_item(run.job_id, run.attempt, item_id, reuse_fingerprint=lookup),
+            )
+
+        def finish_and_start(
+            uow: Writer, done: DoneItem
+        ) -> tuple[FinishedItem, tuple[StartedItem, SlotGrant | None] | None]:
+            # The thread's previous item becomes DONE in the start's own fenced move.
+            finished, started = uow.runs.finish_and_start_item(
+                run.job_id, run.attempt, done, item_id, reuse_fingerprint=lookup
+            )
+            return finished, begin(uow, started) if finished else None
+
         try:
-            answer = self._fenced_tx(run, start)
+            answer = self._fenced_tx(run, start, finish_and_start)
         except BudgetExceeded:
             self._over_budget(run, item_id, characters)
             return False
@@ -658,19 +710,7 @@ class Runner:
         thread's exit commits it at the latest. Nothing waits in between."""
         slot = holder.grant  # the carry's now: _carried keeps it or releases it
         sha256 = hashlib.sha256(audio).hexdigest()
-
-        def finish(uow: Writer) -> FinishedItem:
-            return uow.runs.finish_item(
-                run.job_id,
-                run.attempt,
-                item_id,
-                audio_path=key,
-                audio_bytes=len(audio),
-                audio_sha256=sha256,
-                fingerprint=fingerprint,
-                replaced_audio_path=replaced,
-            )
-
+        done = DoneItem(item_id, key, len(audio), sha256, fingerprint, replaced)
         if slot is not None:
             holder.forget(slot)  # the carry's transaction keeps or releases it, not the holder
 
@@ -684,7 +724,7 @@ class Runner:
             if replaced and not finished.replaced_still_referenced:
                 self.storage.delete(replaced)
 
-        self._carries.carry = _Carry(finish, slot, after)
+        self._carries.carry = _Carry(run.job_id, run.attempt, done, slot, after)
 
     def _fail_item(self, run: _Run, item_id: int, holder: Holder, message: str) -> None:
         """Fenced, now: move the item to ERROR and, in the same transaction, give back

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import threading
 import time
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -227,19 +228,30 @@ def test_an_item_no_longer_startable_is_skipped_and_the_previous_finish_kept(
 ) -> None:
     """With one item at a time the second item's start carries the first item's finish.
     When that start finds its item taken (its move matches nothing while the fence holds),
-    the finish still commits, the item is skipped, and the run goes on to the third."""
+    the finish still commits, the item is skipped, and the run goes on to the third.
+    The second start is made to ask for an item id that no row has: the real statements
+    run, and the start's move matches nothing."""
     svc = make_svc(item_concurrency=1)
-    start_item = RunsRepository.start_item
     taken: list[int] = []
 
-    def start_unless_second(self: RunsRepository, job_id: int, attempt: int, item_id: int,
-                            **kwargs: Any) -> Any:  # fmt: skip
-        if item_id == second:
-            taken.append(item_id)
-            return None
-        return start_item(self, job_id, attempt, item_id, **kwargs)
+    def elsewhere(item_id: int) -> int:
+        if item_id != second:
+            return item_id
+        taken.append(item_id)
+        return -1
 
-    monkeypatch.setattr(RunsRepository, "start_item", start_unless_second)
+    start_item = RunsRepository.start_item
+    finish_and_start_item = RunsRepository.finish_and_start_item
+
+    def start(self: RunsRepository, job_id: int, attempt: int, item_id: int, **kw: Any) -> Any:
+        return start_item(self, job_id, attempt, elsewhere(item_id), **kw)
+
+    def finish_and_start(self: RunsRepository, job_id: int, attempt: int, done: Any,
+                         item_id: int, **kw: Any) -> Any:  # fmt: skip
+        return finish_and_start_item(self, job_id, attempt, done, elsewhere(item_id), **kw)
+
+    monkeypatch.setattr(RunsRepository, "start_item", start)
+    monkeypatch.setattr(RunsRepository, "finish_and_start_item", finish_and_start)
     job_id = new_job(svc, admin, 3)
     second = view(svc, admin, job_id)["items"][1]["id"]
     job = _run(svc, admin, job_id)
@@ -248,3 +260,32 @@ def test_an_item_no_longer_startable_is_skipped_and_the_previous_finish_kept(
     assert job["status"] == "FAILED" and job["runs"][-1]["outcome"] == "FAILED"
     assert provider.calls == {"text 1": 1, "text 3": 1}
     assert len(_audio_files(svc)) == 2
+
+
+def test_a_folded_finish_that_loses_rolls_its_start_back_and_stops_the_run(
+    make_svc: Any, admin: UserRecord, provider: FakeProvider, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The second item's start folds the first item's DONE into its fenced move. Should
+    that finish lose while the fence holds (here: it names an item id no row has), the
+    start is rolled back with it: the finish commits alone (the real one wins), the
+    second item stays PENDING unsent, and the run stops as when fenced: it writes
+    nothing more, and the job is left to recovery."""
+    svc = make_svc(item_concurrency=1)
+    finish_and_start_item = RunsRepository.finish_and_start_item
+
+    def with_a_stray_finish(self: RunsRepository, job_id: int, attempt: int, done: Any,
+                            item_id: int, **kw: Any) -> Any:  # fmt: skip
+        return finish_and_start_item(
+            self, job_id, attempt, replace(done, item_id=-1), item_id, **kw
+        )
+
+    monkeypatch.setattr(RunsRepository, "finish_and_start_item", with_a_stray_finish)
+    job_id = new_job(svc, admin, 3)
+    start_generation(svc.uow_factory, svc.settings, svc.runner, admin, job_id)
+    wait_for(lambda: not svc.runner.live_runs())
+    job = view(svc, admin, job_id)
+    assert statuses(job) == ["DONE", "PENDING", "PENDING"]
+    assert provider.calls == {"text 1": 1}
+    assert len(_audio_files(svc)) == 1
+    progress = job["progress"]
+    assert (progress["done"], progress["pending"], progress["generating"]) == (1, 2, 0), progress

@@ -277,16 +277,17 @@ def test_an_item_with_a_free_slot_takes_and_returns_it_within_its_start_and_fini
         assert uow.slots.slots_in_flight(worker_dead_seconds=30, max_hold_seconds=300) == 0
 
 
-def test_a_sent_item_costs_four_statements_on_postgresql_and_seven_on_sqlite(
+def test_a_sent_item_costs_three_statements_on_postgresql_and_six_on_sqlite(
     make_svc: Callable[..., Services], admin: UserRecord
 ) -> None:
     """Per sent item (the difference between a run of 3 and a run of 6 items): the start's
-    fenced move with its reuse lookup, the slot, the billing; the finish's fenced move.
-    The finish shares its transaction with the next item's start, which keeps the
-    finished call's slot (one renewal instead of a release and an acquire). PostgreSQL
-    runs each fence as a CTE of its move and the run's ledger line as a CTE of the
-    month's reservation: 4 statements. SQLite runs them one by one: 7. (BEGIN and the
-    SQLite pragmas are not statements of the work.)"""
+    fenced move with its reuse lookup and the previous item's DONE, the slot, the billing.
+    The finish shares its transaction and its fence (the job's row, written once) with
+    the next item's start, which keeps the finished call's slot (one renewal instead of
+    a release and an acquire). PostgreSQL runs the fence and both moves as CTEs of one
+    statement and the run's ledger line as a CTE of the month's reservation: 3
+    statements. SQLite runs them one by one: 6. (BEGIN and the SQLite pragmas are not
+    statements of the work.)"""
     svc = make_svc(item_concurrency=1)
     kinds: list[str] = []
 
@@ -304,7 +305,7 @@ def test_a_sent_item_costs_four_statements_on_postgresql_and_seven_on_sqlite(
     statements_of_a_run(2, "warm-up")  # the first run reads the pause; later ones use the cache
     small, large = statements_of_a_run(3, "small"), statements_of_a_run(6, "large")
     per_item = (len(large) - len(small)) / 3
-    expected = 4 if svc.engine.dialect.name == "postgresql" else 7
+    expected = 3 if svc.engine.dialect.name == "postgresql" else 6
     assert per_item == expected, (small, large)
     # One acquire per run; then each next item keeps the slot (5 renewals of 6 items)
     # and the last finish releases it.

@@ -57,6 +57,46 @@ class FinishedItem:
 
 
 @dataclass(frozen=True)
+class DoneItem:
+    """A sent item whose audio is stored: what its DONE finish records."""
+
+    item_id: int
+    audio_path: str | None
+    audio_bytes: int | None
+    audio_sha256: str | None
+    fingerprint: str | None = None
+    # The audio a regenerate replaces (deleted once no other item refers to it).
+    replaced_audio_path: str | None = None
+
+
+def _done_params(job_id: int, attempt: int, done: DoneItem) -> dict[str, Any]:
+    return {
+        "p_job": job_id,
+        "p_attempt": attempt,
+        "p_item": done.item_id,
+        "p_path": done.audio_path,
+        "p_bytes": done.audio_bytes,
+        "p_sha": done.audio_sha256,
+        "p_fp": done.fingerprint,
+        "p_old": done.replaced_audio_path,
+    }
+
+
+def _started(row: Any) -> StartedItem | None:
+    if row is None:
+        return None
+    return StartedItem(
+        text=row.text, previous_audio_path=row.audio_path, reusable_item_id=row.reusable_id
+    )
+
+
+def _finished(row: Any) -> FinishedItem:
+    if row is None:
+        return FinishedItem(won=False)
+    return FinishedItem(won=True, replaced_still_referenced=bool(row.still_referenced))
+
+
+@dataclass(frozen=True)
 class RunPlan:
     """What a run needs before its first item: the job's voice and organization, whether
     it regenerates, and the (id, text) of the items to send, in order."""
@@ -71,18 +111,34 @@ class RunPlan:
 STARTABLE = (ItemStatus.PENDING, ItemStatus.ERROR)
 
 
-def counters_after_moving(
+def one_of(column: ColumnElement[str], values: Sequence[str]) -> ColumnElement[bool]:
+    """``column IN (values)`` with one bound parameter per value: IN (list) would be an
+    expanding parameter, which SQLAlchemy renders anew at every execution of a per-item
+    statement."""
+    return column.in_([literal(value) for value in values])
+
+
+def counter_deltas(
     old_status: ColumnElement[str], from_statuses: Sequence[str], to_status: str
 ) -> dict[str, ColumnElement[int]]:
-    """Counter assignments for one item moving from ``old_status`` (if it is one of
-    ``from_statuses``) to ``to_status``; nothing changes when it is not."""
-    moving = old_status.in_(from_statuses)
-    values: dict[str, ColumnElement[int]] = {}
+    """Per counter: what it gains when one item moves from ``old_status`` (if it is one of
+    ``from_statuses``) to ``to_status`` (negative for the status it leaves); nothing
+    changes when it is not."""
+    deltas: dict[str, ColumnElement[int]] = {}
     for status, column in COUNTERS.items():
         if status == to_status:
-            values[column.key] = column + case((moving, 1), else_=0)
+            deltas[column.key] = case((one_of(old_status, from_statuses), 1), else_=0)
         elif status in from_statuses:
-            values[column.key] = column - case((old_status == status, 1), else_=0)
+            deltas[column.key] = case((old_status == status, -1), else_=0)
+    return deltas
+
+
+def counters_after(*moves: dict[str, ColumnElement[int]]) -> dict[str, ColumnElement[int]]:
+    """The job's counter assignments for the moves of one fenced statement."""
+    values: dict[str, ColumnElement[int]] = {}
+    for deltas in moves:
+        for key, delta in deltas.items():
+            values[key] = values.get(key, jobs.c[key]) + delta
     return values
 
 
@@ -94,6 +150,15 @@ class Runs(Protocol):
     def start_item(
         self, job_id: int, attempt: int, item_id: int, *, reuse_fingerprint: str | None = None
     ) -> StartedItem | None: ...
+    def finish_and_start_item(
+        self,
+        job_id: int,
+        attempt: int,
+        done: DoneItem,
+        item_id: int,
+        *,
+        reuse_fingerprint: str | None = None,
+    ) -> tuple[FinishedItem, StartedItem | None]: ...
     def reuse_audio(
         self, job_id: int, attempt: int, item_id: int, source_item_id: int, fingerprint: str
     ) -> bool: ...
@@ -201,12 +266,43 @@ class RunsRepository:
             "p_item": item_id,
             "p_fp": reuse_fingerprint,
         }
-        row = self._fenced_move("start", params)
-        if row is None:
-            return None
-        return StartedItem(
-            text=row.text, previous_audio_path=row.audio_path, reusable_item_id=row.reusable_id
-        )
+        return _started(self._fenced_move("start", params))
+
+    def finish_and_start_item(
+        self,
+        job_id: int,
+        attempt: int,
+        done: DoneItem,
+        item_id: int,
+        *,
+        reuse_fingerprint: str | None = None,
+    ) -> tuple[FinishedItem, StartedItem | None]:
+        """Fenced: ``done``'s DONE finish and the start of ``item_id`` under one fence,
+        which writes the job's row (stamp and counters) once for both: what
+        ``finish_item`` and then ``start_item`` answer, one statement fewer.
+
+        The start is None when its item was not startable (the finish still won); both
+        lose when fenced. A finish that lost while its start won (the fence held, so it
+        was not this run's item to finish) must be rolled back by the caller.
+        """
+        params = {
+            **_done_params(job_id, attempt, done),
+            "p_item_next": item_id,
+            "p_fp_next": reuse_fingerprint,
+        }
+        statements = _item_statements(self._dialect)["done_then_start"]
+        finished: Any
+        started: Any
+        if len(statements) == 1:
+            row = self.session.execute(statements[0], params).one()
+            finished, started = (row if row.id is not None else None), row
+        else:
+            fence, finish, start = statements
+            if self.session.execute(fence, params).first() is None:
+                return FinishedItem(won=False), None
+            finished = self.session.execute(finish, params).first()
+            started = self.session.execute(start, params).first()
+        return _finished(finished), _started(started if started and started.text else None)
 
     def reuse_audio(
         self, job_id: int, attempt: int, item_id: int, source_item_id: int, fingerprint: str
@@ -243,23 +339,13 @@ class RunsRepository:
         With ``replaced_audio_path`` (the audio a regenerate replaces), the answer also
         says, from the same statement, whether any other item still refers to that file.
         """
-        params: dict[str, Any] = {"p_job": job_id, "p_attempt": attempt, "p_item": item_id}
-        kind = "error"
-        if error_message is None:
-            kind = "done"
-            params.update(
-                p_path=audio_path,
-                p_bytes=audio_bytes,
-                p_sha=audio_sha256,
-                p_fp=fingerprint,
-                p_old=replaced_audio_path,
-            )
-        else:
-            params["p_message"] = error_message
-        row = self._fenced_move(kind, params)
-        if row is None:
-            return FinishedItem(won=False)
-        return FinishedItem(won=True, replaced_still_referenced=bool(row.still_referenced))
+        if error_message is not None:
+            params = {"p_job": job_id, "p_attempt": attempt, "p_item": item_id}
+            return _finished(self._fenced_move("error", {**params, "p_message": error_message}))
+        done = DoneItem(
+            item_id, audio_path, audio_bytes, audio_sha256, fingerprint, replaced_audio_path
+        )
+        return _finished(self._fenced_move("done", _done_params(job_id, attempt, done)))
 
     def return_item(self, job_id: int, attempt: int, item_id: int) -> bool:
         """Fenced: put a GENERATING item back to PENDING (its next call did not fit the budget)."""
@@ -415,44 +501,13 @@ def _item_statements(dialect: str) -> dict[str, tuple[Any, ...]]:
     version) conditional on GENERATING at ``p_attempt``; the move is the item's own
     UPDATE under the same condition on its status that the counters used. On PostgreSQL
     they are one statement (see ``fenced`` below), elsewhere two run in turn.
+    ``done_then_start`` is two moves under one fence: an item's DONE and the next item's
+    start, whose counters the job's one UPDATE moves together.
     """
-    job_id, item_id = bindparam("p_job", type_=Id), bindparam("p_item", type_=Id)
-    this_item = (items.c.id == item_id, items.c.job_id == job_id)
-    path, sha = bindparam("p_path", type_=String), bindparam("p_sha", type_=String)
-    old_status = select(items.c.status).where(*this_item).scalar_subquery()
-    fingerprint = bindparam("p_fp", type_=String)
-    src = items.alias("src")
-    source_id = bindparam("p_src", type_=Id)
-    # The newest finished audio of a fingerprint: one probe of ix_items_fingerprint_updated_at.
-    reusable = (
-        select(src.c.id)
-        .where(
-            src.c.fingerprint == fingerprint,
-            src.c.status == ItemStatus.DONE,
-            src.c.audio_path.is_not(None),
-        )
-        .order_by(src.c.updated_at.desc())
-        .limit(1)
-        .scalar_subquery()
-    )
-    source_done = (
-        select(src.c.id)
-        .where(
-            src.c.id == source_id,
-            src.c.status == ItemStatus.DONE,
-            src.c.audio_path.is_not(None),
-        )
-        .exists()
-    )
+    job_id = bindparam("p_job", type_=Id)
+    this, following = _ItemMoves(""), _ItemMoves("_next")
 
-    def of_source(column: Any) -> Any:
-        return select(column).where(src.c.id == source_id).scalar_subquery()
-
-    reusable_from = (*STARTABLE, ItemStatus.GENERATING)
-    # The counters move for a reuse only when the item will: same conditions as its UPDATE.
-    reuse_status = case((source_done, old_status), else_=literal("-"))
-
-    def fence(**counters: Any) -> Any:
+    def fence(*deltas: dict[str, ColumnElement[int]]) -> Any:
         return (
             update(jobs)
             .where(
@@ -460,58 +515,129 @@ def _item_statements(dialect: str) -> dict[str, tuple[Any, ...]]:
                 jobs.c.status == JobStatus.GENERATING,
                 jobs.c.attempt == bindparam("p_attempt", type_=Integer),
             )
-            .values(updated_at=db_now(), version=jobs.c.version + 1, **counters)
+            .values(updated_at=db_now(), version=jobs.c.version + 1, **counters_after(*deltas))
             .returning(jobs.c.id)
         )
 
-    def fenced(fence: Any, move: Any) -> tuple[Any, ...]:
+    def fenced(*moves: tuple[dict[str, ColumnElement[int]], Any]) -> tuple[Any, ...]:
+        job = fence(*(deltas for deltas, _ in moves))
         if dialect != "postgresql":
-            return fence, move
-        # The move happens only if the fence won. An uncorrelated EXISTS is the move's
+            return job, *(move for _, move in moves)
+        # A move happens only if the fence won. An uncorrelated EXISTS is the move's
         # one-time filter, evaluated before the item is scanned (EXPLAIN: "Result,
         # One-Time Filter: $n" over the items scan, $n the CTE scan of the fence): the
         # job's row is locked first, the lock order of every other writer of items.
-        won = fence.cte("fence")
-        return (move.where(select(won.c.id).exists()),)
+        won = select(job.cte("fence").c.id).exists()
+        if len(moves) == 1:
+            return (moves[0][1].where(won),)
+        # Two moves: each a CTE of its own, answered in one row whether or not they moved.
+        done, started = (
+            move.where(won).cte(name)
+            for name, (_, move) in zip(("done", "started"), moves, strict=True)
+        )
+        return (
+            select(
+                select(done.c.id).scalar_subquery().label("id"),
+                select(done.c.still_referenced).scalar_subquery().label("still_referenced"),
+                *(select(column).scalar_subquery().label(column.key) for column in started.c),
+            ),
+        )
 
-    generating = (ItemStatus.GENERATING,)
     return {
         "stamp": (fence(),),
-        "start": fenced(
-            fence(**counters_after_moving(old_status, STARTABLE, ItemStatus.GENERATING)),
+        "start": fenced(this.start()),
+        "reuse": fenced(this.reuse()),
+        "return": fenced(this.back_to_pending()),
+        "done": fenced(this.done()),
+        "error": fenced(this.error()),
+        "done_then_start": fenced(this.done(), following.start()),
+    }
+
+
+class _ItemMoves:
+    """The moves of one item (``p_item``, ``p_fp``… with ``suffix``): per move, the
+    counters' deltas and the item's UPDATE, under the same condition on its status."""
+
+    def __init__(self, suffix: str) -> None:
+        self.param = lambda name, type_: bindparam(f"{name}{suffix}", type_=type_)
+        item_id = self.item_id = self.param("p_item", Id)
+        self.this_item = (items.c.id == item_id, items.c.job_id == bindparam("p_job", type_=Id))
+        self.old_status = select(items.c.status).where(*self.this_item).scalar_subquery()
+        self.fingerprint = self.param("p_fp", String)
+
+    def start(self) -> tuple[dict[str, ColumnElement[int]], Any]:
+        # The newest finished audio of a fingerprint: one probe of
+        # ix_items_fingerprint_updated_at.
+        reusable = (
+            select(_SRC.c.id)
+            .where(
+                _SRC.c.fingerprint == self.fingerprint,
+                _SRC.c.status == ItemStatus.DONE,
+                _SRC.c.audio_path.is_not(None),
+            )
+            .order_by(_SRC.c.updated_at.desc())
+            .limit(1)
+            .scalar_subquery()
+        )
+        return (
+            counter_deltas(self.old_status, STARTABLE, ItemStatus.GENERATING),
             update(items)
-            .where(*this_item, items.c.status.in_(STARTABLE))
+            .where(*self.this_item, one_of(items.c.status, STARTABLE))
             .values(status=ItemStatus.GENERATING, error_message=None, updated_at=db_now())
             .returning(items.c.text, items.c.audio_path, reusable.label("reusable_id")),
-        ),
-        "reuse": fenced(
-            fence(**counters_after_moving(reuse_status, reusable_from, ItemStatus.DONE)),
+        )
+
+    def reuse(self) -> tuple[dict[str, ColumnElement[int]], Any]:
+        source_id = self.param("p_src", Id)
+        source_done = (
+            select(_SRC.c.id)
+            .where(
+                _SRC.c.id == source_id,
+                _SRC.c.status == ItemStatus.DONE,
+                _SRC.c.audio_path.is_not(None),
+            )
+            .exists()
+        )
+
+        def of_source(column: Any) -> Any:
+            return select(column).where(_SRC.c.id == source_id).scalar_subquery()
+
+        reusable_from = (*STARTABLE, ItemStatus.GENERATING)
+        # The counters move for a reuse only when the item will: same conditions as its UPDATE.
+        reuse_status = case((source_done, self.old_status), else_=literal("-"))
+        return (
+            counter_deltas(reuse_status, reusable_from, ItemStatus.DONE),
             update(items)
-            .where(*this_item, items.c.status.in_(reusable_from), source_done)
+            .where(*self.this_item, one_of(items.c.status, reusable_from), source_done)
             .values(
                 status=ItemStatus.DONE,
                 error_message=None,
                 reused=True,
-                fingerprint=fingerprint,
-                audio_path=of_source(src.c.audio_path),
-                audio_bytes=of_source(src.c.audio_bytes),
-                audio_sha256=of_source(src.c.audio_sha256),
+                fingerprint=self.fingerprint,
+                audio_path=of_source(_SRC.c.audio_path),
+                audio_bytes=of_source(_SRC.c.audio_bytes),
+                audio_sha256=of_source(_SRC.c.audio_sha256),
                 updated_at=db_now(),
             )
             .returning(items.c.id),
-        ),
-        "return": fenced(
-            fence(**counters_after_moving(old_status, generating, ItemStatus.PENDING)),
+        )
+
+    def back_to_pending(self) -> tuple[dict[str, ColumnElement[int]], Any]:
+        return (
+            counter_deltas(self.old_status, _GENERATING, ItemStatus.PENDING),
             update(items)
-            .where(*this_item, items.c.status == ItemStatus.GENERATING)
+            .where(*self.this_item, items.c.status == ItemStatus.GENERATING)
             .values(status=ItemStatus.PENDING, updated_at=db_now())
             .returning(items.c.id),
-        ),
-        "done": fenced(
-            fence(**counters_after_moving(old_status, generating, ItemStatus.DONE)),
+        )
+
+    def done(self) -> tuple[dict[str, ColumnElement[int]], Any]:
+        path, sha = self.param("p_path", String), self.param("p_sha", String)
+        return (
+            counter_deltas(self.old_status, _GENERATING, ItemStatus.DONE),
             update(items)
             .where(
-                *this_item,
+                *self.this_item,
                 or_(
                     items.c.status == ItemStatus.GENERATING,
                     # The same write again (a retry after a lost commit ack) wins again;
@@ -527,30 +653,35 @@ def _item_statements(dialect: str) -> dict[str, tuple[Any, ...]]:
                 status=ItemStatus.DONE,
                 error_message=None,
                 audio_path=path,
-                audio_bytes=bindparam("p_bytes", type_=Integer),
+                audio_bytes=self.param("p_bytes", Integer),
                 audio_sha256=sha,
-                fingerprint=fingerprint,
+                fingerprint=self.fingerprint,
                 reused=False,
                 updated_at=db_now(),
             )
             .returning(
                 items.c.id,
                 # Whether the audio this one replaces is still shared by another item.
-                select(src.c.id)
-                .where(src.c.audio_path == bindparam("p_old", type_=String), src.c.id != item_id)
+                select(_SRC.c.id)
+                .where(_SRC.c.audio_path == self.param("p_old", String), _SRC.c.id != self.item_id)
                 .exists()
                 .label("still_referenced"),
             ),
-        ),
-        "error": fenced(
-            fence(**counters_after_moving(old_status, generating, ItemStatus.ERROR)),
+        )
+
+    def error(self) -> tuple[dict[str, ColumnElement[int]], Any]:
+        return (
+            counter_deltas(self.old_status, _GENERATING, ItemStatus.ERROR),
             update(items)
-            .where(*this_item, items.c.status == ItemStatus.GENERATING)
+            .where(*self.this_item, items.c.status == ItemStatus.GENERATING)
             .values(
                 status=ItemStatus.ERROR,
-                error_message=bindparam("p_message", type_=Text),
+                error_message=self.param("p_message", Text),
                 updated_at=db_now(),
             )
             .returning(items.c.id, literal(False).label("still_referenced")),
-        ),
-    }
+        )
+
+
+_SRC = items.alias("src")
+_GENERATING = (ItemStatus.GENERATING,)
