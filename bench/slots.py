@@ -8,7 +8,9 @@
    compete for 8 slots through the runner's gate (each holds its slot ``--hold`` ms, then
    releases it); every acquire statement (one transaction, granted or refused) is timed.
    Figure: p99 under contention / p50 of an uncontended acquire, target <= 3. The wait
-   until a slot is granted is reported too (it is mostly other holders' time).
+   until a slot is granted is reported too (it is mostly other holders' time), and so is
+   the uncontended acquire's own p99 / p50: the machine's noise floor under that ratio
+   (one thread, free slots, nothing else running in the process).
 
 Usage: python bench/slots.py [--items 96] [--latency 0.1] [--repeat 3] [--threads 50]
        [--slots 8] [--hold 5] [--seconds 5] [--no-sqlite]
@@ -46,8 +48,8 @@ from speechbatch.slots import Holder, ProviderGate
 
 BATCH_TARGET = 0.9
 CONTENTION_TARGET = 3.0
-CONTENTION_HEADER = ["backend", "alone p50 ms", "contended p50", "contended p99", "ratio",
-                     "tries", "grant wait p50/p99 ms", ""]  # fmt: skip
+CONTENTION_HEADER = ["backend", "alone p50 ms", "alone p99/p50", "contended p50",
+                     "contended p99", "ratio", "tries", "grant wait p50/p99 ms", ""]  # fmt: skip
 
 
 class _Unlimited:
@@ -211,6 +213,7 @@ def contention(backend: str, args: argparse.Namespace) -> dict[str, Any]:
     return {
         "uncontended_p50_ms": alone_p50 * 1000,
         "uncontended_p99_ms": percentile(alone, 99) * 1000,
+        "uncontended_p99_to_p50": percentile(alone, 99) / alone_p50,
         "contended_tries": len(tries),
         "contended_p50_ms": median(tries) * 1000,
         "contended_p99_ms": p99 * 1000,
@@ -264,6 +267,7 @@ def main() -> None:
             [
                 b,
                 (c := results[b]["contention"])["uncontended_p50_ms"],
+                c["uncontended_p99_to_p50"],
                 c["contended_p50_ms"],
                 c["contended_p99_ms"],
                 c["ratio_p99_to_uncontended"],

@@ -94,6 +94,9 @@ class ProviderGate:
         The caller's transaction holds the job's row; the statement does not wait for a
         slot, at most for another acquirer's commit of the same number.
         """
+        # Read without _heads_guard: a waiter that registers a moment later only loses
+        # its turn to this item once (fairness within the process, never the cap, which
+        # the statement enforces).
         if self._heads:
             return None
         return self._acquire_slot(slots, job_id, attempt)
@@ -106,7 +109,7 @@ class ProviderGate:
         job holds more than its fair share now, so a job that runs on does not keep
         another from its turn any longer than a release and an acquire would.
         """
-        if self._heads:
+        if self._heads:  # unguarded, as in try_within
             return False
         return slots.renew_slot(
             grant,
