@@ -9,6 +9,7 @@ from __future__ import annotations
 import sqlite3
 import threading
 import time
+from collections.abc import Sequence
 from datetime import UTC, datetime
 from typing import Any
 
@@ -116,6 +117,13 @@ def _sqlite_now_plus(element: db_now_plus, compiler: SQLCompiler, **kw: Any) -> 
         "strftime('%Y-%m-%d %H:%M:%f000', 'now', "
         f"printf('%+.6f seconds', {compiler.process(arg, **kw)}))"
     )
+
+
+def one_of(column: ColumnElement[str], values: Sequence[str]) -> ColumnElement[bool]:
+    """``column IN (values)`` with one bound parameter per value: ``in_(list)`` would be
+    an expanding parameter, which SQLAlchemy renders anew at every execution (measurable
+    in the per-item statements and the claim)."""
+    return column.in_([literal(value) for value in values])
 
 
 def ago(seconds: float | ColumnElement[float]) -> ColumnElement[datetime]:

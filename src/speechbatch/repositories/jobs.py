@@ -25,7 +25,7 @@ from sqlalchemy import (
 )
 from sqlalchemy.orm import Session
 
-from ..db import db_now
+from ..db import db_now, one_of
 from ..models import Id, ItemStatus, JobStatus, RunOutcome
 from .tables import COUNTERS, items, jobs, runs
 
@@ -194,7 +194,7 @@ def _claim_statements(regenerate: bool) -> dict[str, Any]:
     def claim(*returning: Any) -> Any:
         return (
             update(jobs)
-            .where(*where, jobs.c.status.in_(claimable))
+            .where(*where, one_of(jobs.c.status, claimable))
             .values(
                 status=JobStatus.GENERATING,
                 attempt=jobs.c.attempt + 1,

@@ -28,7 +28,7 @@ from sqlalchemy import (
 )
 from sqlalchemy.orm import Session
 
-from ..db import db_now
+from ..db import db_now, one_of
 from ..models import Id, ItemStatus, JobStatus, RunOutcome
 from .jobs import fail_in_flight_counters, not_done_items, total_items
 from .tables import COUNTERS, items, jobs, runs
@@ -109,13 +109,6 @@ class RunPlan:
 
 # Items a run may start: a retry resumes ERROR items without resetting them at the claim.
 STARTABLE = (ItemStatus.PENDING, ItemStatus.ERROR)
-
-
-def one_of(column: ColumnElement[str], values: Sequence[str]) -> ColumnElement[bool]:
-    """``column IN (values)`` with one bound parameter per value: IN (list) would be an
-    expanding parameter, which SQLAlchemy renders anew at every execution of a per-item
-    statement."""
-    return column.in_([literal(value) for value in values])
 
 
 def counter_deltas(
