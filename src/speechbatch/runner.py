@@ -100,17 +100,7 @@ class _Carry:
 
     def finish(self, uow: Writer) -> FinishedItem:
         """The finish's fenced move on its own."""
-        done = self.done
-        return uow.runs.finish_item(
-            self.job_id,
-            self.attempt,
-            done.item_id,
-            audio_path=done.audio_path,
-            audio_bytes=done.audio_bytes,
-            audio_sha256=done.audio_sha256,
-            fingerprint=done.fingerprint,
-            replaced_audio_path=done.replaced_audio_path,
-        )
+        return uow.runs.finish_done(self.job_id, self.attempt, self.done)
 
 
 class _FinishLost(Fenced):
@@ -571,8 +561,9 @@ class Runner:
         One fenced transaction starts it (with the previous item's finish, if any),
         looks its fingerprint up (never for a regenerate) and either shares the audio
         found or reserves and records the call's characters and keeps or takes a
-        provider slot; the call runs with no transaction open; a second fenced
-        transaction finishes it and keeps the slot for the next call or gives it back.
+        provider slot; the call runs with no transaction open; the next fenced
+        transaction of this thread finishes it and keeps the slot for the next call or
+        gives it back.
         """
         characters = len(text)
         lookup = None if run.regenerate else fingerprint

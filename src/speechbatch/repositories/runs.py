@@ -168,6 +168,7 @@ class Runs(Protocol):
         replaced_audio_path: str | None = None,
         error_message: str | None = None,
     ) -> FinishedItem: ...
+    def finish_done(self, job_id: int, attempt: int, done: DoneItem) -> FinishedItem: ...
     def return_item(self, job_id: int, attempt: int, item_id: int) -> bool: ...
     def finish_run(
         self,
@@ -338,6 +339,10 @@ class RunsRepository:
         done = DoneItem(
             item_id, audio_path, audio_bytes, audio_sha256, fingerprint, replaced_audio_path
         )
+        return self.finish_done(job_id, attempt, done)
+
+    def finish_done(self, job_id: int, attempt: int, done: DoneItem) -> FinishedItem:
+        """Fenced: ``finish_item`` to DONE, for a finish already described by ``done``."""
         return _finished(self._fenced_move("done", _done_params(job_id, attempt, done)))
 
     def return_item(self, job_id: int, attempt: int, item_id: int) -> bool:
