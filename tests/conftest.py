@@ -24,6 +24,12 @@ from speechbatch.services import create_token
 from tests.fakes import FakeProvider
 from tests.helpers import new_admin
 from tests.support.server import pg_unreachable_reason
+from tests.support.workers import (
+    SUMMARIES,
+    WORKER_SUMMARY,
+    is_process_test,
+    postgresql_in_use,
+)
 
 PG_ADMIN_DSN = os.environ.get(
     "SPEECHBATCH_TEST_PG_DSN", "postgresql://postgres@127.0.0.1:5432/postgres"
@@ -31,6 +37,32 @@ PG_ADMIN_DSN = os.environ.get(
 PG_URL_BASE = PG_ADMIN_DSN.rsplit("/", 1)[0].replace("postgresql://", "postgresql+psycopg://", 1)
 IN_CI = os.environ.get("CI", "").strip().lower() in ("1", "true", "yes")
 BACKENDS = ["sqlite", "postgresql"]
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_testnodedown(node: Any, error: object) -> None:
+    """xdist's controller: keep the summary a finished worker left."""
+    text = getattr(node, "workeroutput", {}).get(WORKER_SUMMARY)
+    if text:
+        node.config.stash.setdefault(SUMMARIES, []).append(text)
+
+
+def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pytest.Config) -> None:
+    """Print the summaries the workers left (a serial run prints its own)."""
+    for text in config.stash.get(SUMMARIES, []):
+        for line in text.splitlines():
+            terminalreporter.write_line(line)
+
+
+@pytest.fixture(autouse=True)
+def _postgresql_stays_up(request: pytest.FixtureRequest) -> Iterator[None]:
+    """An in-process test holds the PostgreSQL server up (a chaos test on the other
+    worker stops it, see tests/support/workers.py); the process tests do not need to."""
+    if is_process_test(request.node):
+        yield
+        return
+    with postgresql_in_use():
+        yield
 
 
 def _pg_admin() -> psycopg.Connection[Any]:
@@ -61,7 +93,8 @@ def pg_template() -> Iterator[str]:
         conn.execute(f'CREATE DATABASE "{name}"')
     upgrade(f"{PG_URL_BASE}/{name}")
     yield name
-    with _pg_admin() as conn:
+    # At the session's end, after the last test's own hold on the server was released.
+    with postgresql_in_use(), _pg_admin() as conn:
         conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
 
 

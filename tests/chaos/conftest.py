@@ -23,6 +23,12 @@ from tests.support.server import (
     drop_pg_database,
     make_pg_database,
 )
+from tests.support.workers import (
+    in_process_group,
+    is_worker,
+    leave_summary,
+    postgresql_stopped,
+)
 
 from .chaos_provider import ChaosFakeProvider
 from .harness import THREADS, WORKERS, ChaosReport, ensure_pg_running, local_cluster
@@ -35,20 +41,40 @@ Spawn = Callable[..., GunicornServer]
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Mark every test of this directory ``chaos``."""
+    """Mark every test of this directory ``chaos``, in the process tests' xdist group."""
     for item in items:
         if CHAOS_DIR in Path(item.path).resolve().parents:
             item.add_marker(pytest.mark.chaos)
+            in_process_group(item)
+
+
+def _summary(report: ChaosReport) -> str:
+    title = " chaos summary "
+    return f"{title:=^88}\n{report.render()}\n"
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    """On an xdist worker, leave the chaos summary for the controller to print."""
+    report = session.config.stash.get(REPORT_KEY, None)
+    if report is not None and report.rows and is_worker(session.config):
+        leave_summary(session.config, _summary(report))
 
 
 def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pytest.Config) -> None:
-    """Always show the chaos summary table (with or without ``-s``)."""
+    """Always show the chaos summary table (with or without ``-s``) of a serial run."""
     report = config.stash.get(REPORT_KEY, None)
-    if report is None or not report.rows:
+    if report is None or not report.rows or is_worker(config):
         return
-    terminalreporter.write_sep("=", "chaos summary")
-    for line in report.render().splitlines():
+    for line in _summary(report).splitlines():
         terminalreporter.write_line(line)
+
+
+@pytest.fixture
+def postgresql_to_itself() -> Iterator[None]:
+    """For a test that stops the PostgreSQL server: no test of another worker uses it
+    meanwhile (taken before the test starts its job, so waiting does not change its run)."""
+    with postgresql_stopped():
+        yield
 
 
 @pytest.fixture(scope="session")

@@ -658,6 +658,7 @@ def test_sigstop_zombie_changes_nothing(
 # 3. PostgreSQL restarted mid-job
 # --------------------------------------------------------------------------------------------
 def test_postgres_restart_mid_job(
+    postgresql_to_itself: None,
     chaos_db: tuple[str, str],
     fake: ChaosFakeProvider,
     spawn: Spawn,

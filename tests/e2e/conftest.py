@@ -27,6 +27,7 @@ from tests.support.server import (
     pg_database_name,
     sqlite_url,
 )
+from tests.support.workers import in_process_group
 
 E2E_DIR = Path(__file__).resolve().parent
 BACKENDS = ["sqlite", "postgresql"]
@@ -37,10 +38,11 @@ Metric = Callable[[str, Any], None]
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Mark every test of this directory ``e2e``."""
+    """Mark every test of this directory ``e2e``, in the process tests' xdist group."""
     for item in items:
         if E2E_DIR in Path(item.path).resolve().parents:
             item.add_marker(pytest.mark.e2e)
+            in_process_group(item)
 
 
 @pytest.fixture(params=BACKENDS)

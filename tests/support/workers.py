@@ -1,0 +1,83 @@
+"""Running the suite on pytest-xdist workers (``bin/test`` runs two).
+
+The tests that start real processes (gunicorn, signals, a browser, a PostgreSQL restart)
+run one after another on one worker, as they would in a serial run: they share the
+chaos database and never kill each other's servers. The other worker takes the
+in-process tests. Two things cross between the workers:
+- the PostgreSQL server, which one chaos test stops for a moment: an in-process test
+  holds a shared lock on it while it runs and that test takes it exclusively, so neither
+  sees the other's half (``postgresql_in_use``, ``postgresql_stopped``);
+- the chaos summary: a worker has no terminal of its own, so the table it prints at the
+  end travels to the controller in xdist's ``workeroutput``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import tempfile
+from collections.abc import Iterable, Iterator
+from pathlib import Path
+from typing import Protocol
+
+import pytest
+
+PROCESS_GROUP = "processes"
+WORKER_SUMMARY = "speechbatch_summary"
+SUMMARIES = pytest.StashKey[list[str]]()
+
+
+def in_process_group(item: pytest.Item) -> None:
+    """Put ``item`` into the one xdist group of the process tests (``--dist loadgroup``)."""
+    item.add_marker(pytest.mark.xdist_group(PROCESS_GROUP))
+
+
+def is_worker(config: pytest.Config) -> bool:
+    """Whether this session runs on an xdist worker."""
+    return hasattr(config, "workeroutput")
+
+
+def leave_summary(config: pytest.Config, text: str) -> None:
+    """On an xdist worker: hand ``text`` to the controller, which prints it at the end."""
+    output = config.workeroutput  # type: ignore[attr-defined]
+    output[WORKER_SUMMARY] = output.get(WORKER_SUMMARY, "") + text
+
+
+class Marked(Protocol):
+    """What ``is_process_test`` reads of a test item."""
+
+    def iter_markers(self, name: str) -> Iterable[pytest.Mark]: ...
+
+
+def is_process_test(item: Marked) -> bool:
+    """Whether ``item`` is one of the process tests (see ``in_process_group``)."""
+    return any(
+        PROCESS_GROUP in (*mark.args, mark.kwargs.get("name"))
+        for mark in item.iter_markers("xdist_group")
+    )
+
+
+# One lock file per machine (not per session): a test that stops the PostgreSQL server
+# would break any test of any suite using it meanwhile.
+LOCK_FILE = Path(tempfile.gettempdir()) / "speechbatch-tests-postgresql.lock"
+
+
+@contextlib.contextmanager
+def _flocked(operation: int) -> Iterator[None]:
+    with open(LOCK_FILE, "a+b") as file:
+        fcntl.flock(file, operation)
+        try:
+            yield
+        finally:
+            fcntl.flock(file, fcntl.LOCK_UN)
+
+
+def postgresql_in_use() -> contextlib.AbstractContextManager[None]:
+    """Held, shared, by an in-process test while it runs: the server stays up meanwhile."""
+    return _flocked(fcntl.LOCK_SH)
+
+
+def postgresql_stopped() -> contextlib.AbstractContextManager[None]:
+    """Held, exclusive, by a test that stops the PostgreSQL server: it waits for the tests
+    of the other workers that use it, and they wait for it."""
+    return _flocked(fcntl.LOCK_EX)

@@ -1,0 +1,76 @@
+"""The lock that keeps a PostgreSQL restart of the chaos suite away from the tests that run
+meanwhile on the other pytest-xdist worker (tests/support/workers.py)."""
+
+from __future__ import annotations
+
+import threading
+from pathlib import Path
+
+import pytest
+
+from tests.support import workers
+
+
+@pytest.fixture(autouse=True)
+def own_lock_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(workers, "LOCK_FILE", tmp_path / "postgresql.lock")
+
+
+def _stopper(started: threading.Event, stopped: threading.Event) -> threading.Thread:
+    def stop() -> None:
+        started.set()
+        with workers.postgresql_stopped():
+            stopped.set()
+
+    return threading.Thread(target=stop, daemon=True)
+
+
+def test_a_restart_waits_for_every_test_that_uses_the_server() -> None:
+    started, stopped = threading.Event(), threading.Event()
+    with workers.postgresql_in_use(), workers.postgresql_in_use():  # two tests at once
+        thread = _stopper(started, stopped)
+        thread.start()
+        assert started.wait(5)
+        assert not stopped.wait(0.3)  # the server is in use: no restart
+    assert stopped.wait(5)  # both ended: the restart goes ahead
+    thread.join(5)
+
+
+def test_a_test_waits_while_the_server_is_stopped() -> None:
+    holding, release, used = threading.Event(), threading.Event(), threading.Event()
+
+    def restart() -> None:
+        with workers.postgresql_stopped():
+            holding.set()
+            release.wait(5)
+
+    thread = threading.Thread(target=restart, daemon=True)
+    thread.start()
+    assert holding.wait(5)
+
+    def use() -> None:
+        with workers.postgresql_in_use():
+            used.set()
+
+    user = threading.Thread(target=use, daemon=True)
+    user.start()
+    assert not used.wait(0.3)  # stopped: the test does not start
+    release.set()
+    assert used.wait(5)
+    thread.join(5)
+    user.join(5)
+
+
+def test_a_process_test_is_known_by_its_group() -> None:
+    class Item:
+        def __init__(self, *marks: pytest.MarkDecorator) -> None:
+            self._marks = [m.mark for m in marks]
+
+        def iter_markers(self, name: str) -> list[pytest.Mark]:
+            return [m for m in self._marks if m.name == name]
+
+    group = workers.PROCESS_GROUP
+    assert workers.is_process_test(Item(pytest.mark.xdist_group(group)))
+    assert workers.is_process_test(Item(pytest.mark.xdist_group(name=group)))
+    assert not workers.is_process_test(Item(pytest.mark.xdist_group("other")))
+    assert not workers.is_process_test(Item())
