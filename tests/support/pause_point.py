@@ -31,7 +31,12 @@ _real_call = speechbatch.runner.synthesize_with_retries
 def _pausing_call(provider: Any, text: str, voice: str, **kwargs: Any) -> bytes:
     if _PAUSE_DIR and PAUSE_MARKER in text:
         directory = Path(_PAUSE_DIR)
-        (directory / PAUSED_FILE).write_text(str(os.getpid()))
+        # Written under another name and renamed: the test reads the pid as soon as the
+        # file exists, and once found it empty (created, not yet written) on a loaded
+        # machine.
+        staged = directory / f".{PAUSED_FILE}.{os.getpid()}"
+        staged.write_text(str(os.getpid()))
+        os.replace(staged, directory / PAUSED_FILE)
         while not (directory / RELEASE_FILE).exists():
             time.sleep(0.01)
     return _real_call(provider, text, voice, **kwargs)
