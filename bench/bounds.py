@@ -55,7 +55,6 @@ from speechbatch import create_app, spending
 from speechbatch import runner as runner_module
 from speechbatch import services as svc
 from speechbatch.app import Services
-from speechbatch.repositories import slots as slots_repository
 from speechbatch.repositories import spending as spending_repository
 from speechbatch.storage import LocalStorage
 
@@ -111,10 +110,11 @@ def no_audio_write() -> Iterator[None]:
 
 @contextlib.contextmanager
 def no_slot_or_ledger_statement() -> Iterator[None]:
-    with (
-        patched(slots_repository.SlotRepository, "renew_slot", lambda self, *a, **k: True),
-        patched(spending_repository.SpendingRepository, "bill_call", lambda self, *a, **k: True),
-    ):
+    # The slot's renewal rides with the reservation (bill_call's ``carrying``): kept.
+    def bill_call(self: Any, *args: Any, carrying: Any = None) -> Any:
+        return spending_repository.Bill(True, carrying is not None)
+
+    with patched(spending_repository.SpendingRepository, "bill_call", bill_call):
         yield
 
 

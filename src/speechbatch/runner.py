@@ -32,6 +32,7 @@ from .errors import BudgetExceeded, Fenced
 from .fingerprints import fingerprinter
 from .providers.base import ProviderError, TTSProvider
 from .providers.retry import synthesize_with_retries
+from .repositories.riders import Rider
 from .repositories.runs import DoneItem, FinishedItem, StartedItem
 from .repositories.slots import SlotGrant, SlotRepository
 from .slots import CallNotStarted, Holder, ProviderGate
@@ -332,7 +333,7 @@ class Runner:
     ) -> tuple[FinishedItem, T | None]:
         """In ``uow``: the carried finish, then ``work`` when it won; or ``fold``, which
         does both in one fenced move (a start). Meanwhile the finished call's slot is
-        on offer (``_offered_slot``); a slot not taken is released last, fenced by its
+        on offer (``_taken_offer``); a slot not taken is released last, fenced by its
         token whether or not the finish won."""
         offer = [] if carry.slot is None else [carry.slot]
         self._carries.offer = offer
@@ -352,18 +353,33 @@ class Runner:
             uow.slots.release_slot(offer[0])
         return finished, result
 
-    def _offered_slot(self, slots: SlotRepository, run: _Run) -> SlotGrant | None:
-        """The slot of the item this thread has just finished, kept for the next call
-        when the job is still within its fair share (one statement instead of a release
-        and an acquire); released here when not, so that the acquire can count it free."""
+    def _taken_offer(self) -> SlotGrant | None:
+        """The slot of the item this thread has just finished, now this start's to keep
+        (``_kept_or_taken``) or release: nothing releases it at the transaction's end."""
         offer: list[SlotGrant] = getattr(self._carries, "offer", [])
-        if not offer:
-            return None
-        grant = offer.pop()
-        if self.gate.renew_within(slots, run.job_id, grant):
-            return grant
-        slots.release_slot(grant)
-        return None
+        return offer.pop() if offer else None
+
+    def _kept_or_taken(
+        self, uow: Writer, run: _Run, characters: int, offer: SlotGrant | None
+    ) -> SlotGrant | None:
+        """Reserve the call's characters and give it a slot, in the start's transaction.
+
+        The slot of the call this thread has just finished is kept when the job is still
+        within its fair share: its renewal rides with the reservation (one statement on
+        PostgreSQL); otherwise it is released, so that an acquire can count it free, and
+        a free slot is tried. The slot statements come after the job's row, the lock
+        order of the finish (job, item, slot); the reservation last when it goes alone,
+        since the month's row is the organization's, shared by all its runs.
+        """
+        renewal = None if offer is None else self.gate.renewal(uow.slots, run.job_id, offer)
+        if renewal is not None and self._bill(run, uow, characters, carrying=renewal):
+            return offer
+        if offer is not None:
+            uow.slots.release_slot(offer)
+        slot = self.gate.try_within(uow.slots, run.job_id, run.attempt)
+        if renewal is None:
+            self._bill(run, uow, characters)
+        return slot
 
     def _flush_carry(self, run: _Run) -> None:
         """The thread is leaving: commit the finish it still carries."""
@@ -413,15 +429,19 @@ class Runner:
             run.job_id, run.attempt, item_id, source_item_id,
         )  # fmt: skip
 
-    def _bill(self, run: _Run, uow: Writer, characters: int) -> None:
-        """Reserve and record one call's characters before it is sent (same transaction).
+    def _bill(self, run: _Run, uow: Writer, characters: int, carrying: Rider | None = None) -> bool:
+        """Reserve and record one call's characters before it is sent (same transaction),
+        with ``carrying`` in the same statement where the database allows; whether that
+        rider won.
 
         Raises BudgetExceeded, which rolls the transaction back, when it does not fit.
         """
-        # Last: the month's row is the organization's, shared by all its runs; its lock
-        # is held from here to the commit only.
-        if not uow.spending.bill_call(run.organization_id, run.job_id, run.attempt, characters):
+        bill = uow.spending.bill_call(
+            run.organization_id, run.job_id, run.attempt, characters, carrying=carrying
+        )
+        if not bill:
             raise BudgetExceeded()
+        return bill.carried
 
     def _over_budget(self, run: _Run, item_id: int, characters: int) -> None:
         """Stop starting items: the organization's budget cannot pay for this call."""
@@ -580,11 +600,7 @@ class Runner:
                 run.job_id, run.attempt, item_id, source, fingerprint
             ):
                 return started, None
-            # After the job's row: the lock order of the finish (job, item, slot).
-            slot = self._offered_slot(uow.slots, run) or self.gate.try_within(
-                uow.slots, run.job_id, run.attempt
-            )
-            self._bill(run, uow, characters)
+            slot = self._kept_or_taken(uow, run, characters, self._taken_offer())
             return replace(started, reusable_item_id=None), slot
 
         def start(uow: Writer) -> tuple[StartedItem, SlotGrant | None] | None:

@@ -26,6 +26,7 @@ from typing import Protocol, TypeVar
 
 from .config import Settings
 from .providers.base import RetryableProviderError, TTSProvider
+from .repositories.riders import Rider
 from .repositories.slots import SlotGrant, SlotRepository
 
 log = logging.getLogger(__name__)
@@ -101,17 +102,19 @@ class ProviderGate:
             return None
         return self._acquire_slot(slots, job_id, attempt)
 
-    def renew_within(self, slots: SlotRepository, job_id: int, grant: SlotGrant) -> bool:
-        """Keep a slot for the job's next call, inside the caller's transaction (the
-        finish of the call that held it and the start of the next): whether it was kept.
+    def renewal(self, slots: SlotRepository, job_id: int, grant: SlotGrant) -> Rider | None:
+        """The compare-and-set that keeps a slot for the job's next call, for the caller's
+        transaction to carry (the finish of the call that held it and the start of the
+        next: the reservation of that call carries it); None when it must not be kept.
 
-        Refused when a thread of this process waits for a slot (it gets this one) or the
-        job holds more than its fair share now, so a job that runs on does not keep
-        another from its turn any longer than a release and an acquire would.
+        Not kept when a thread of this process waits for a slot (it gets this one), nor
+        (the statement's refusal) when the job holds more than its fair share now, so a
+        job that runs on does not keep another from its turn any longer than a release
+        and an acquire would.
         """
         if self._heads:  # unguarded, as in try_within
-            return False
-        return slots.renew_slot(
+            return None
+        return slots.renewal(
             grant,
             job_id,
             capacity=self.settings.provider_concurrency,

@@ -280,7 +280,7 @@ def test_an_item_with_a_free_slot_takes_and_returns_it_within_its_start_and_fini
         assert uow.slots.slots_in_flight(worker_dead_seconds=30, max_hold_seconds=300) == 0
 
 
-def test_a_sent_item_costs_three_statements_on_postgresql_and_six_on_sqlite(
+def test_a_sent_item_costs_two_statements_on_postgresql_and_six_on_sqlite(
     make_svc: Callable[..., Services], admin: UserRecord, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Per sent item (the difference between a run of 3 and a run of 6 items): the start's
@@ -288,9 +288,10 @@ def test_a_sent_item_costs_three_statements_on_postgresql_and_six_on_sqlite(
     The finish shares its transaction and its fence (the job's row, written once) with
     the next item's start, which keeps the finished call's slot (one renewal instead of
     a release and an acquire). PostgreSQL runs the fence and both moves as CTEs of one
-    statement and the run's ledger line as a CTE of the month's reservation: 3
-    statements. SQLite runs them one by one: 6. (BEGIN and the SQLite pragmas are not
-    statements of the work, nor is the read of the 429 pause, by the clock: see below.)"""
+    statement, and the run's ledger line and the slot's renewal as CTEs of the month's
+    reservation: 2 statements. SQLite runs them one by one: 6. (BEGIN and the SQLite
+    pragmas are not statements of the work, nor is the read of the 429 pause, by the
+    clock: see below.)"""
     # The pause read happens at most once per PAUSE_CACHE_SECONDS per process, whatever
     # the number of items. This test once failed (3.33 statements per item) on a machine
     # slow enough for that cache to expire in the middle of the larger run, which then
@@ -308,24 +309,33 @@ def test_a_sent_item_costs_three_statements_on_postgresql_and_six_on_sqlite(
 
     monkeypatch.setattr(svc.runner.provider, "synthesize", synthesize)
     kinds: list[str] = []
+    renewals: list[str] = []
+    releases: list[str] = []
 
     def count(conn: Any, cursor: Any, statement: str, *args: Any) -> None:
         work = not statement.lstrip().upper().startswith(("BEGIN", "PRAGMA"))
         if work and threading.current_thread().name.startswith("speechbatch-job-"):
             kinds.append(" ".join(statement.split()[:3]))
+            if "UPDATE provider_slots SET acquired_at" in statement:
+                renewals.append(kinds[-1])
+            if "UPDATE provider_slots SET released_at" in statement:
+                releases.append(kinds[-1])
 
     def statements_of_a_run(n: int, label: str) -> list[str]:
         job_id = _job(svc, admin, *(f"{label} item {i}" for i in range(n)))
         kinds.clear()
+        renewals.clear()
+        releases.clear()
         _run_listening(svc, admin, job_id, "before_cursor_execute", count)
         return list(kinds)
 
     statements_of_a_run(2, "warm-up")  # the first run reads the pause; later ones use the cache
     small, large = statements_of_a_run(3, "small"), statements_of_a_run(6, "large")
     per_item = (len(large) - len(small)) / 3
-    expected = 3 if svc.engine.dialect.name == "postgresql" else 6
-    assert per_item == expected, (small, large)
-    # One acquire per run; then each next item keeps the slot (5 renewals of 6 items)
-    # and the last finish releases it.
+    postgresql = svc.engine.dialect.name == "postgresql"
+    assert per_item == (2 if postgresql else 6), (small, large)
+    # One acquire per run; then each next item keeps the slot (5 renewals of 6 items,
+    # in the reservation's statement on PostgreSQL) and the last finish releases it.
     assert sum(kind.startswith("WITH RECURSIVE") for kind in large) == 1, large
-    assert sum(kind == "UPDATE provider_slots SET" for kind in large) == 5 + 1, large
+    assert renewals == ["WITH run_line AS" if postgresql else "UPDATE provider_slots SET"] * 5
+    assert releases == ["UPDATE provider_slots SET"], large

@@ -58,9 +58,9 @@ def _release(svc: Services, grant: SlotGrant) -> bool:
 
 def _renew(svc: Services, grant: SlotGrant, job_id: int, cap: int) -> bool:
     with svc.uow_factory() as uow:
-        won = uow.slots.renew_slot(
+        won = uow.slots.renewal(
             grant, job_id, capacity=cap, worker_dead_seconds=DEAD, max_hold_seconds=HOLD
-        )
+        ).run(uow.session)
         uow.commit()
     return won
 

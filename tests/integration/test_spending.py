@@ -17,7 +17,7 @@ from speechbatch.app import Services
 from speechbatch.errors import BudgetExceeded
 from speechbatch.models import Item
 from speechbatch.repositories import UserRecord
-from speechbatch.repositories.spending import SpendingRepository
+from speechbatch.repositories.spending import Bill, SpendingRepository
 from speechbatch.runner import audio_key as runner_audio_key
 from speechbatch.services import create_job, start_generation
 from speechbatch.spending import cancel_generation
@@ -232,8 +232,10 @@ def test_a_reservation_refused_in_the_previous_items_commit_keeps_that_item_done
     seen_at_refusal: list[list[str]] = []
     bill = SpendingRepository.bill_call
 
-    def bill_call(self: SpendingRepository, org: int, job: int, attempt: int, n: int) -> bool:
-        won = bill(self, org, job, attempt, n)
+    def bill_call(
+        self: SpendingRepository, org: int, job: int, attempt: int, n: int, **kw: Any
+    ) -> Bill:
+        won = bill(self, org, job, attempt, n, **kw)
         if not won:
             with svc.uow_factory(read_only=True) as other:
                 seen_at_refusal.append(

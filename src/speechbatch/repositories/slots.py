@@ -23,10 +23,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import datetime
 
-from sqlalchemy import Executable, text
+from sqlalchemy import Executable, Integer, column, text
 from sqlalchemy.orm import Session
+from sqlalchemy.sql.selectable import TextualSelect
 
 from ..db import UTCDateTime
+from .riders import Rider
 
 # Per dialect: the database's real time, and that time shifted by a bound number of seconds.
 _NOW = {
@@ -144,7 +146,8 @@ def _statements(dialect: str) -> dict[str, Executable]:
     times = {"starts_at": UTCDateTime(), "now": UTCDateTime(), "next_start_at": UTCDateTime()}
     return {
         "acquire": text(acquire),
-        "renew": text(renew),
+        # A TextualSelect (its RETURNING column declared) so that it can ride as a CTE.
+        "renew": text(renew).columns(column("slot", Integer)),
         "release": text(release),
         "in_flight": text(in_flight),
         "reserve": text(reserve).columns(starts_at=times["starts_at"], now=times["now"]),
@@ -225,7 +228,7 @@ class SlotRepository:
         ).first()
         return None if row is None else SlotGrant(int(row.slot), int(row.token))
 
-    def renew_slot(
+    def renewal(
         self,
         grant: SlotGrant,
         job_id: int,
@@ -233,13 +236,17 @@ class SlotRepository:
         capacity: int,
         worker_dead_seconds: float,
         max_hold_seconds: float,
-    ) -> bool:
-        """Compare-and-set: keep a slot held under ``grant`` for the job's next call
-        (its lease restarts); whether it won. Refused when the slot is no longer live
-        under that token (reclaimed, released, its worker dead) or the job holds more
-        than its fair share, ceil(capacity / GENERATING jobs), counting this slot."""
-        row = self.session.execute(
-            self._sql["renew"],
+    ) -> Rider:
+        """Compare-and-set, as a rider: keep a slot held under ``grant`` for the job's
+        next call (its lease restarts). It wins (returns a row) unless the slot is no
+        longer live under that token (reclaimed, released, its worker dead) or the job
+        holds more than its fair share, ceil(capacity / GENERATING jobs), counting this
+        slot. The reservation of that call carries it (``SpendingRepository.bill_call``);
+        ``Rider.run`` runs it alone."""
+        statement = self._sql["renew"]
+        assert isinstance(statement, TextualSelect)
+        return Rider(
+            statement,
             {
                 "slot": grant.slot,
                 "token": grant.token,
@@ -248,8 +255,7 @@ class SlotRepository:
                 "neg_dead": -float(worker_dead_seconds),
                 "neg_hold": -float(max_hold_seconds),
             },
-        ).first()
-        return row is not None
+        )
 
     def release_slot(self, grant: SlotGrant) -> bool:
         """Compare-and-set: release a slot still held under this grant's token; whether it won."""

@@ -13,15 +13,28 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any, Protocol, cast
 
-from sqlalchemy import Integer, Table, and_, bindparam, func, literal, or_, select, update
+from sqlalchemy import (
+    Integer,
+    Table,
+    and_,
+    bindparam,
+    func,
+    literal,
+    literal_column,
+    or_,
+    select,
+    update,
+)
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.ext.compiler import compiles
 from sqlalchemy.orm import Session
 from sqlalchemy.sql.compiler import SQLCompiler
 from sqlalchemy.sql.expression import FunctionElement
+from sqlalchemy.sql.selectable import TextualSelect
 from sqlalchemy.types import String
 
 from ..models import Export, Item, ItemStatus, Job, Organization, Run, UsageMonth
+from .riders import Rider
 
 organizations = cast(Table, Organization.__table__)
 usage_months = cast(Table, UsageMonth.__table__)
@@ -68,6 +81,19 @@ class Usage:
         return max(0, self.budget_characters - self.billed_characters)
 
 
+@dataclass(frozen=True)
+class Bill:
+    """What ``bill_call`` answers: whether the call fit the budget (the bill is truthy
+    then), and whether the rider it carried won (False without one, or when it did not
+    fit: the caller then rolls the transaction back)."""
+
+    fit: bool
+    carried: bool = False
+
+    def __bool__(self) -> bool:
+        return self.fit
+
+
 def _chunks(values: list[str]) -> Iterable[list[str]]:
     for start in range(0, len(values), _CHUNK):
         yield values[start : start + _CHUNK]
@@ -91,8 +117,17 @@ class SpendingRepository:
 
     def __init__(self, session: Session) -> None:
         self.session = session
+        self._dialect = session.get_bind().dialect.name
 
-    def bill_call(self, organization_id: int, job_id: int, attempt: int, characters: int) -> bool:
+    def bill_call(
+        self,
+        organization_id: int,
+        job_id: int,
+        attempt: int,
+        characters: int,
+        *,
+        carrying: Rider | None = None,
+    ) -> Bill:
         """Compare-and-set: bill one provider call of ``characters`` to this month, and
         add it to the run's share of the ledger; whether it fit the budget.
 
@@ -102,13 +137,21 @@ class SpendingRepository:
         version and SQLite writes under its one write lock. When it does not fit, the
         run's line moved anyway: the caller rolls the transaction back. On PostgreSQL the
         run's line is a CTE of the upsert (one round trip: this runs while the item's
-        start holds its job's row).
+        start holds its job's row), and so is ``carrying``, another repository's
+        compare-and-set (the slot kept for this call); elsewhere that runs first.
         """
         params = _ledger_params(organization_id, job_id, attempt, characters, calls=1)
-        *before, reserve = _billing_statements(self.session.get_bind().dialect.name).bill
+        if carrying is not None and self._dialect == "postgresql":
+            row = self.session.execute(
+                _carrying(carrying.statement), {**params, **carrying.params}
+            ).first()
+            return Bill(row is not None, row is not None and bool(row.carried))
+        carried = carrying is not None and carrying.run(self.session)
+        *before, reserve = _billing_statements(self._dialect).bill
         for statement in before:
             self.session.execute(statement, params)
-        return self.session.execute(reserve, params).first() is not None
+        fit = self.session.execute(reserve, params).first() is not None
+        return Bill(fit, fit and carried)
 
     def refund_characters(
         self, organization_id: int, job_id: int, attempt: int, characters: int
@@ -118,7 +161,7 @@ class SpendingRepository:
         # item's start (its fence): a refund and a start of the run take turns on that
         # row, so they cannot deadlock on the run's or the month's.
         params = _ledger_params(organization_id, job_id, attempt, -characters, calls=-1)
-        for statement in _billing_statements(self.session.get_bind().dialect.name).refund:
+        for statement in _billing_statements(self._dialect).refund:
             self.session.execute(statement, params)
 
     def usage(self, organization_id: int) -> Usage:
@@ -315,3 +358,18 @@ def _billing_statements(dialect: str) -> _Billing:
     else:
         bill = (run, reserve)
     return _Billing(bill=bill, refund=(job, run, month))
+
+
+# PostgreSQL's reservation carrying a rider, per rider statement (there is one: the slot's
+# renewal), built once: the rider's CTE, and in RETURNING whether it returned a row.
+_CARRYING: dict[int, tuple[TextualSelect, Any]] = {}
+
+
+def _carrying(rider: TextualSelect) -> Any:
+    cached = _CARRYING.get(id(rider))
+    if cached is None or cached[0] is not rider:
+        (reserve,) = _billing_statements("postgresql").bill
+        carried = rider.cte("carried")
+        won = select(literal_column("1")).select_from(carried).exists().label("carried")
+        cached = _CARRYING[id(rider)] = (rider, reserve.add_cte(carried).returning(won))
+    return cached[1]
