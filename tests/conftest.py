@@ -48,7 +48,7 @@ def pytest_testnodedown(node: Any, error: object) -> None:
 
 
 def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pytest.Config) -> None:
-    """Print the summaries the workers left (a serial run prints its own)."""
+    """Print the summaries left for the end (``leave_summary``), this run's or its workers'."""
     for text in config.stash.get(SUMMARIES, []):
         for line in text.splitlines():
             terminalreporter.write_line(line)

@@ -25,7 +25,6 @@ from tests.support.server import (
 )
 from tests.support.workers import (
     in_process_group,
-    is_worker,
     leave_summary,
     postgresql_stopped,
 )
@@ -40,6 +39,12 @@ FAKE_API_KEY = "test-key"
 Spawn = Callable[..., GunicornServer]
 
 
+# tryfirst: xdist's worker turns the group marker into the "@processes" suffix of the node
+# id in its own pytest_collection_modifyitems. Hooks run in reverse order of registration,
+# so when this conftest was registered before xdist's worker plugin (a run given paths in
+# this directory) this hook ran after xdist's, the marker came too late, and the process
+# tests were spread over both workers (seen with -vv: no "@processes" suffix).
+@pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Mark every test of this directory ``chaos``, in the process tests' xdist group."""
     for item in items:
@@ -54,19 +59,11 @@ def _summary(report: ChaosReport) -> str:
 
 
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
-    """On an xdist worker, leave the chaos summary for the controller to print."""
+    """Leave the chaos summary table to be printed at the end (with or without ``-s``,
+    serial or on an xdist worker)."""
     report = session.config.stash.get(REPORT_KEY, None)
-    if report is not None and report.rows and is_worker(session.config):
+    if report is not None and report.rows:
         leave_summary(session.config, _summary(report))
-
-
-def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pytest.Config) -> None:
-    """Always show the chaos summary table (with or without ``-s``) of a serial run."""
-    report = config.stash.get(REPORT_KEY, None)
-    if report is None or not report.rows or is_worker(config):
-        return
-    for line in _summary(report).splitlines():
-        terminalreporter.write_line(line)
 
 
 @pytest.fixture

@@ -32,15 +32,15 @@ def in_process_group(item: pytest.Item) -> None:
     item.add_marker(pytest.mark.xdist_group(PROCESS_GROUP))
 
 
-def is_worker(config: pytest.Config) -> bool:
-    """Whether this session runs on an xdist worker."""
-    return hasattr(config, "workeroutput")
-
-
 def leave_summary(config: pytest.Config, text: str) -> None:
-    """On an xdist worker: hand ``text`` to the controller, which prints it at the end."""
-    output = config.workeroutput  # type: ignore[attr-defined]
-    output[WORKER_SUMMARY] = output.get(WORKER_SUMMARY, "") + text
+    """Have ``text`` printed at the end of the run (the root conftest prints it): kept in
+    the session's stash, or on an xdist worker handed to the controller, which keeps it
+    in its own stash when the worker ends."""
+    output = getattr(config, "workeroutput", None)
+    if output is None:
+        config.stash.setdefault(SUMMARIES, []).append(text)
+    else:
+        output[WORKER_SUMMARY] = output.get(WORKER_SUMMARY, "") + text
 
 
 class Marked(Protocol):
