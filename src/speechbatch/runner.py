@@ -30,7 +30,7 @@ from . import metrics
 from .config import Settings
 from .errors import BudgetExceeded, Fenced
 from .fingerprints import fingerprinter
-from .providers.base import ProviderError, TTSProvider
+from .providers.base import CallNotSent, ProviderError, TTSProvider, guarded
 from .providers.retry import synthesize_with_retries
 from .repositories.riders import Rider
 from .repositories.runs import DoneItem, FinishedItem, StartedItem
@@ -57,13 +57,15 @@ DB_RETRY_SECONDS = 60.0
 # so a commit that happened before a freeze and returned after it never looks fresh. It is a
 # fraction, not zero, so that the usual call, sent milliseconds after start_item fenced,
 # costs no extra statement.
-# The window that remains, stated honestly: a freeze that lands after this check and before
-# the request's bytes leave the socket (the Python that builds the request, well under a
-# millisecond when the GIL is free) and lasts long enough for recovery and another run's
-# takeover still sends one call per thread caught there. Only the provider could close that
-# (by refusing a stale fencing token). What the check removes is everything before it:
-# waiting for the start transaction's commit, for the GIL, for a slow database. The clock
-# does not count time a whole machine spends suspended (CLOCK_MONOTONIC).
+# The check runs twice: before the attempt, where a stale fence costs one UPDATE, and again
+# as the request's last step in the provider's transport (``guarded``; for HTTP, after
+# requests has prepared the request, right before urllib3 takes a connection and writes),
+# where it refuses the send. The window that remains, stated honestly: a freeze that lands
+# after that last check and before the request's bytes leave the socket (urllib3's and
+# http.client's Python, a fraction of a millisecond) and lasts long enough for recovery and
+# another run's takeover still sends one call per thread caught there. Only the provider
+# could close that (by refusing a stale fencing token). The clock does not count time a
+# whole machine spends suspended (CLOCK_MONOTONIC).
 FRESH_FENCE_FRACTION = 0.25
 
 _RUNNERS: weakref.WeakSet[Runner] = weakref.WeakSet()
@@ -522,8 +524,15 @@ class Runner:
         """
         if attempt_number > 1:
             self._fence_and_bill(run, characters)
-        # This attempt's characters are billed from here on: a call that is not sent
-        # after all gives them back, so the ledger stays what the provider received.
+        self._fresh_or_refunded(run, characters)
+
+    def _fresh_or_refunded(self, run: _Run, characters: int) -> None:
+        """Fence again while the last fence is stale; when fenced, give the call's
+        reserved characters back (it will not be sent) and raise Fenced.
+
+        This attempt's characters are billed from its start on: a call that is not sent
+        after all gives them back, so the ledger stays what the provider received.
+        """
         try:
             if run.fenced.is_set():
                 raise Fenced()
@@ -532,6 +541,19 @@ class Runner:
         except Fenced:
             self._refund(run, characters)
             raise
+
+    def _send_guard(self, run: _Run, characters: int) -> Callable[[], None]:
+        """The same check once more as the request's last step before it leaves (the
+        provider's transport runs it): a process frozen between ``_fence_before_call``
+        and the send finds its fence stale there and sends nothing."""
+
+        def guard() -> None:
+            try:
+                self._fresh_or_refunded(run, characters)
+            except Fenced:
+                raise CallNotSent() from None
+
+        return guard
 
     def _before_call(self, run: _Run, holder: Holder, attempt_number: int, characters: int) -> None:
         """Take a deployment-wide slot (and the pace), then pass the fence, before a call."""
@@ -670,17 +692,21 @@ class Runner:
         its slot back in the finish's transaction); whether it ended DONE."""
         characters = len(text)
         try:
-            audio = synthesize_with_retries(
-                holder.provider(self.provider),
-                text,
-                run.voice,
-                max_attempts=self.settings.tts_max_attempts,
-                timeout_seconds=self.settings.tts_timeout_seconds,
-                before_attempt=lambda n: self._before_call(run, holder, n, characters),
-                on_result=lambda status, seconds: metrics.record_provider_call(
-                    status, seconds, characters
-                ),
-            )
+            with guarded(self._send_guard(run, characters)):
+                audio = synthesize_with_retries(
+                    holder.provider(self.provider),
+                    text,
+                    run.voice,
+                    max_attempts=self.settings.tts_max_attempts,
+                    timeout_seconds=self.settings.tts_timeout_seconds,
+                    before_attempt=lambda n: self._before_call(run, holder, n, characters),
+                    on_result=lambda status, seconds: metrics.record_provider_call(
+                        status, seconds, characters
+                    ),
+                )
+        except CallNotSent:
+            # Refused at the last moment (the guard gave the characters back): fenced.
+            raise Fenced() from None
         except ProviderError as exc:
             log.warning(
                 "provider failure job=%s attempt=%s item=%s status=%s: %s",

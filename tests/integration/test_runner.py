@@ -15,12 +15,15 @@ from speechbatch import create_app
 from speechbatch import runner as runner_module
 from speechbatch.app import Services
 from speechbatch.config import Settings
+from speechbatch.providers.base import CallNotSent, guarded
+from speechbatch.providers.openai import OpenAIProvider
 from speechbatch.repositories import StaleJob, UserRecord
 from speechbatch.repositories.runs import RunsRepository
 from speechbatch.services import get_job, start_generation
 from tests.conftest import close_services, services, with_settings
 from tests.fakes import FakeProvider, fake_audio, permanent, retryable
 from tests.helpers import new_job, statuses, view, wait_for
+from tests.support.fake_provider import FakeProvider as HttpFakeProvider
 
 
 def _run(svc: Services, user: UserRecord, job_id: int, regenerate: bool = False) -> dict:  # type: ignore[type-arg]
@@ -221,6 +224,77 @@ def test_run_stalled_before_its_call_past_a_takeover_sends_nothing(
     finally:
         release.set()
         close_services(svc)
+
+
+def test_run_stalled_after_its_fence_check_sends_no_http_request(
+    settings: Settings, admin: UserRecord
+) -> None:
+    """The zombie's last window: a run passed the fresh-fence check before its call and
+    then stalled (a frozen process) while the HTTP request was being built; its job was
+    recovered, claimed again and finished meanwhile. The transport's send guard checks
+    the fence once more, right before the request leaves: nothing reaches the provider."""
+    server = HttpFakeProvider().start()
+    paused, release = threading.Event(), threading.Event()
+
+    class StallsAfterTheCheck(OpenAIProvider):
+        def synthesize(self, text: str, voice: str) -> bytes:
+            # Runs after before_attempt's fresh-fence check, before requests prepares
+            # and sends: the window that only the transport's guard still covers.
+            if not paused.is_set():
+                paused.set()
+                release.wait(30)
+            return super().synthesize(text, voice)
+
+    provider = StallsAfterTheCheck(server.url, None, "tts-1", ("alloy", "echo"), 5.0)
+    app = create_app(with_settings(settings, worker_dead_seconds=2.0), provider=provider)
+    svc = services(app)
+    shortest_freeze = svc.settings.worker_dead_seconds * 0.75
+    try:
+        job_id = new_job(svc, admin, 1)
+        start_generation(svc.uow_factory, svc.settings, svc.runner, admin, job_id)
+        assert paused.wait(10)
+        stalled_at = time.monotonic()
+        with svc.uow_factory() as uow:  # run 1 is declared dead...
+            assert uow.recovery.recover_stale_job(
+                StaleJob(job_id, 1, "lease", None), lease_seconds=0,
+                worker_dead_seconds=0, message="auto-recovered: test",
+            )  # fmt: skip
+            uow.commit()
+        finished = _run(svc, admin, job_id)  # ...and run 2 claims and finishes the item
+        assert finished["status"] == "COMPLETED" and finished["attempt"] == 2
+        assert server.calls("text 1") == 1
+        time.sleep(max(0.0, stalled_at + shortest_freeze - time.monotonic()))
+        release.set()
+        wait_for(lambda: not svc.runner.live_runs())
+        assert server.calls("text 1") == 1  # the zombie's request never left
+        after = view(svc, admin, job_id)
+        # It gave back the characters reserved for the call it did not send.
+        assert finished["runs"][0]["billed_characters"] == len("text 1")
+        assert after["runs"][0]["billed_characters"] == 0
+        assert after["status"] == "COMPLETED" and after["items"] == finished["items"]
+    finally:
+        release.set()
+        close_services(svc)
+        server.stop()
+
+
+def test_a_send_guard_that_refuses_keeps_the_request_from_leaving() -> None:
+    """The transport runs the guard after the request is prepared: a refusal raises
+    CallNotSent and the provider counts no call; without a guard the call is sent."""
+    server = HttpFakeProvider().start()
+    try:
+        provider = OpenAIProvider(server.url, None, "tts-1", ("alloy",), 5.0)
+
+        def refuse() -> None:
+            raise CallNotSent()
+
+        with guarded(refuse), pytest.raises(CallNotSent):
+            provider.synthesize("guarded", "alloy")
+        assert server.calls("guarded") == 0
+        assert provider.synthesize("guarded", "alloy")
+        assert server.calls("guarded") == 1
+    finally:
+        server.stop()
 
 
 def test_an_item_no_longer_startable_is_skipped_and_the_previous_finish_kept(

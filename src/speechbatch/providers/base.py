@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
 from typing import Protocol
 
 
@@ -26,6 +29,33 @@ class RetryableProviderError(ProviderError):
 
 class PermanentProviderError(ProviderError):
     """A failure that another try will not fix (a 4xx other than 429): the item fails."""
+
+
+class CallNotSent(Exception):
+    """A send guard refused the request before it left: nothing was sent or billed."""
+
+
+# Runs in the calling thread right before a provider's request leaves (see ``guarded``).
+_send_guard: ContextVar[Callable[[], None] | None] = ContextVar("send_guard", default=None)
+
+
+@contextmanager
+def guarded(guard: Callable[[], None]) -> Iterator[None]:
+    """Within the block, providers that send requests run ``guard`` as the last step
+    before a request leaves (HTTP: in the transport adapter); it raises CallNotSent to
+    keep the request from being sent."""
+    token = _send_guard.set(guard)
+    try:
+        yield
+    finally:
+        _send_guard.reset(token)
+
+
+def check_send_guard() -> None:
+    """Run the current send guard, if any (a provider calls this right before sending)."""
+    guard = _send_guard.get()
+    if guard is not None:
+        guard()
 
 
 class TTSProvider(Protocol):

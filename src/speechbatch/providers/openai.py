@@ -7,10 +7,13 @@ import threading
 import time
 from collections.abc import Sequence
 from email.utils import parsedate_to_datetime
+from typing import Any
 
 import requests
+from requests.adapters import HTTPAdapter
+from requests.models import PreparedRequest, Response
 
-from .base import PermanentProviderError, RetryableProviderError
+from .base import PermanentProviderError, RetryableProviderError, check_send_guard
 
 _MAX_MESSAGE = 500
 
@@ -33,6 +36,15 @@ def parse_retry_after(value: str | None, now: float | None = None) -> float | No
     if seconds != seconds:  # NaN
         return None
     return max(0.0, seconds)
+
+
+class _GuardedAdapter(HTTPAdapter):
+    """Runs the send guard as late as requests allows: after the request is prepared
+    (headers, body, proxies), right before urllib3 takes a connection and writes it."""
+
+    def send(self, request: PreparedRequest, *args: Any, **kwargs: Any) -> Response:
+        check_send_guard()
+        return super().send(request, *args, **kwargs)
 
 
 class _Local(threading.local):
@@ -78,6 +90,9 @@ class OpenAIProvider:
         session = self._local.session
         if session is None:
             session = requests.Session()
+            adapter = _GuardedAdapter()
+            session.mount("https://", adapter)
+            session.mount("http://", adapter)
             if self._api_key is not None:
                 session.headers["Authorization"] = f"Bearer {self._api_key}"
             self._local.session = session

@@ -8,7 +8,13 @@ from collections.abc import Callable
 
 import requests
 
-from .base import PermanentProviderError, ProviderError, RetryableProviderError, TTSProvider
+from .base import (
+    CallNotSent,
+    PermanentProviderError,
+    ProviderError,
+    RetryableProviderError,
+    TTSProvider,
+)
 
 BASE_DELAY_SECONDS = 0.5
 
@@ -60,6 +66,8 @@ def synthesize_with_retries(
             if on_result is not None:
                 on_result(_label(exc), time.monotonic() - started)
             last = exc
+        except CallNotSent:
+            raise  # not a call: nothing to tell on_result
         except BaseException as exc:
             if on_result is not None:
                 on_result(_label(exc), time.monotonic() - started)
