@@ -39,11 +39,7 @@ FAKE_API_KEY = "test-key"
 Spawn = Callable[..., GunicornServer]
 
 
-# tryfirst: xdist's worker turns the group marker into the "@processes" suffix of the node
-# id in its own pytest_collection_modifyitems. Hooks run in reverse order of registration,
-# so when this conftest was registered before xdist's worker plugin (a run given paths in
-# this directory) this hook ran after xdist's, the marker came too late, and the process
-# tests were spread over both workers (seen with -vv: no "@processes" suffix).
+# tryfirst: before xdist reads the group marker (see in_process_group).
 @pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Mark every test of this directory ``chaos``, in the process tests' xdist group."""

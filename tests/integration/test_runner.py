@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -171,6 +172,58 @@ def test_each_run_records_its_worker(svc: Services, admin: UserRecord) -> None:
     assert job["runs"][0]["worker"] == f"{socket.gethostname()}:{os.getpid()}"
 
 
+class _Stall:
+    """Holds the first call of a run at one point until released: a frozen process."""
+
+    def __init__(self) -> None:
+        self.paused, self.release = threading.Event(), threading.Event()
+
+    def here(self) -> None:
+        if not self.paused.is_set():
+            self.paused.set()
+            self.release.wait(30)
+
+
+def _zombie_pays_nothing(
+    svc: Services, admin: UserRecord, stall: _Stall, calls: Callable[[], int]
+) -> None:
+    """Run a one-item job whose run stalls at ``stall``; meanwhile declare that run dead
+    and let run 2 claim and finish the item; then wake the stalled run and check that it
+    sent nothing (``calls``: the provider's calls for the item) and wrote nothing but the
+    refund of the call it never sent."""
+    # A real takeover needs the frozen process's heartbeat to be WORKER_DEAD_SECONDS old,
+    # so the freeze lasts at least about 3/4 of it (the heartbeat beats every quarter).
+    shortest_freeze = svc.settings.worker_dead_seconds * 0.75
+    job_id = new_job(svc, admin, 1)
+    start_generation(svc.uow_factory, svc.settings, svc.runner, admin, job_id)
+    assert stall.paused.wait(10)
+    stalled_at = time.monotonic()
+    with svc.uow_factory() as uow:  # run 1 is declared dead...
+        assert uow.recovery.recover_stale_job(
+            StaleJob(job_id, 1, "lease", None), lease_seconds=0,
+            worker_dead_seconds=0, message="auto-recovered: test",
+        )  # fmt: skip
+        uow.commit()
+    finished = _run(svc, admin, job_id)  # ...and run 2 claims and finishes the item
+    assert finished["status"] == "COMPLETED" and finished["attempt"] == 2
+    assert calls() == 1
+    # The test's own takeover (no heartbeat to wait for) may have been quicker.
+    time.sleep(max(0.0, stalled_at + shortest_freeze - time.monotonic()))
+    stall.release.set()
+    wait_for(lambda: not svc.runner.live_runs())
+    assert calls() == 1  # the zombie sent nothing
+    after = view(svc, admin, job_id)
+    for job in (after, finished):
+        job.pop("lease", None)  # the live process's heartbeat moves on
+    # Its only write: it gave back the characters reserved for the call it never sent,
+    # so the ledger stays what the provider received.
+    assert finished["runs"][0]["billed_characters"] == len("text 1")
+    assert after["runs"][0]["billed_characters"] == 0
+    for job in (after, finished):
+        del job["runs"][0]["billed_characters"], job["runs"][0]["provider_calls"]
+    assert after == finished  # the zombie wrote nothing else
+
+
 def test_run_stalled_before_its_call_past_a_takeover_sends_nothing(
     settings: Settings, admin: UserRecord, provider: FakeProvider, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -178,51 +231,19 @@ def test_run_stalled_before_its_call_past_a_takeover_sends_nothing(
     was recovered, claimed again and finished, wakes up and pays for no call."""
     app = create_app(with_settings(settings, worker_dead_seconds=2.0), provider=provider)
     svc = services(app)
-    # A real takeover needs the frozen process's heartbeat to be WORKER_DEAD_SECONDS old,
-    # so the freeze lasts at least about 3/4 of it (the heartbeat beats every quarter).
-    shortest_freeze = svc.settings.worker_dead_seconds * 0.75
-    paused, release = threading.Event(), threading.Event()
+    stall = _Stall()
     real_call = runner_module.synthesize_with_retries
 
     def stall_first_item(*args: Any, **kwargs: Any) -> bytes:
         # Between start_item's fence and the fresh-fence check: exactly the zombie's window.
-        if not paused.is_set():
-            paused.set()
-            release.wait(30)
+        stall.here()
         return real_call(*args, **kwargs)
 
     monkeypatch.setattr(runner_module, "synthesize_with_retries", stall_first_item)
     try:
-        job_id = new_job(svc, admin, 1)
-        start_generation(svc.uow_factory, svc.settings, svc.runner, admin, job_id)
-        assert paused.wait(10)
-        stalled_at = time.monotonic()
-        with svc.uow_factory() as uow:  # run 1 is declared dead...
-            assert uow.recovery.recover_stale_job(
-                StaleJob(job_id, 1, "lease", None), lease_seconds=0,
-                worker_dead_seconds=0, message="auto-recovered: test",
-            )  # fmt: skip
-            uow.commit()
-        finished = _run(svc, admin, job_id)  # ...and run 2 claims and finishes the item
-        assert finished["status"] == "COMPLETED" and finished["attempt"] == 2
-        assert provider.calls["text 1"] == 1
-        # The test's own takeover (no heartbeat to wait for) may have been quicker.
-        time.sleep(max(0.0, stalled_at + shortest_freeze - time.monotonic()))
-        release.set()
-        wait_for(lambda: not svc.runner.live_runs())
-        assert provider.calls["text 1"] == 1  # the zombie sent nothing
-        after = view(svc, admin, job_id)
-        for job in (after, finished):
-            job.pop("lease", None)  # the live process's heartbeat moves on
-        # Its only write: it gave back the characters reserved for the call it never sent,
-        # so the ledger stays what the provider received.
-        assert finished["runs"][0]["billed_characters"] == len("text 1")
-        assert after["runs"][0]["billed_characters"] == 0
-        for job in (after, finished):
-            del job["runs"][0]["billed_characters"], job["runs"][0]["provider_calls"]
-        assert after == finished  # the zombie wrote nothing else
+        _zombie_pays_nothing(svc, admin, stall, lambda: provider.calls["text 1"])
     finally:
-        release.set()
+        stall.release.set()
         close_services(svc)
 
 
@@ -234,46 +255,22 @@ def test_run_stalled_after_its_fence_check_sends_no_http_request(
     recovered, claimed again and finished meanwhile. The transport's send guard checks
     the fence once more, right before the request leaves: nothing reaches the provider."""
     server = HttpFakeProvider().start()
-    paused, release = threading.Event(), threading.Event()
+    stall = _Stall()
 
     class StallsAfterTheCheck(OpenAIProvider):
         def synthesize(self, text: str, voice: str) -> bytes:
             # Runs after before_attempt's fresh-fence check, before requests prepares
             # and sends: the window that only the transport's guard still covers.
-            if not paused.is_set():
-                paused.set()
-                release.wait(30)
+            stall.here()
             return super().synthesize(text, voice)
 
     provider = StallsAfterTheCheck(server.url, None, "tts-1", ("alloy", "echo"), 5.0)
     app = create_app(with_settings(settings, worker_dead_seconds=2.0), provider=provider)
     svc = services(app)
-    shortest_freeze = svc.settings.worker_dead_seconds * 0.75
     try:
-        job_id = new_job(svc, admin, 1)
-        start_generation(svc.uow_factory, svc.settings, svc.runner, admin, job_id)
-        assert paused.wait(10)
-        stalled_at = time.monotonic()
-        with svc.uow_factory() as uow:  # run 1 is declared dead...
-            assert uow.recovery.recover_stale_job(
-                StaleJob(job_id, 1, "lease", None), lease_seconds=0,
-                worker_dead_seconds=0, message="auto-recovered: test",
-            )  # fmt: skip
-            uow.commit()
-        finished = _run(svc, admin, job_id)  # ...and run 2 claims and finishes the item
-        assert finished["status"] == "COMPLETED" and finished["attempt"] == 2
-        assert server.calls("text 1") == 1
-        time.sleep(max(0.0, stalled_at + shortest_freeze - time.monotonic()))
-        release.set()
-        wait_for(lambda: not svc.runner.live_runs())
-        assert server.calls("text 1") == 1  # the zombie's request never left
-        after = view(svc, admin, job_id)
-        # It gave back the characters reserved for the call it did not send.
-        assert finished["runs"][0]["billed_characters"] == len("text 1")
-        assert after["runs"][0]["billed_characters"] == 0
-        assert after["status"] == "COMPLETED" and after["items"] == finished["items"]
+        _zombie_pays_nothing(svc, admin, stall, lambda: server.calls("text 1"))
     finally:
-        release.set()
+        stall.release.set()
         close_services(svc)
         server.stop()
 

@@ -28,7 +28,15 @@ SUMMARIES = pytest.StashKey[list[str]]()
 
 
 def in_process_group(item: pytest.Item) -> None:
-    """Put ``item`` into the one xdist group of the process tests (``--dist loadgroup``)."""
+    """Put ``item`` into the one xdist group of the process tests (``--dist loadgroup``).
+
+    Call it from a ``pytest_collection_modifyitems`` marked ``tryfirst``: xdist's worker
+    turns the marker into the "@processes" suffix of the node id in its own hook of that
+    name, and hooks run in reverse order of registration, so a conftest registered before
+    xdist's worker plugin (a run given paths in its directory) would otherwise add the
+    marker too late and the process tests would spread over both workers (seen with -vv:
+    no "@processes" suffix).
+    """
     item.add_marker(pytest.mark.xdist_group(PROCESS_GROUP))
 
 
