@@ -58,14 +58,15 @@ DB_RETRY_SECONDS = 60.0
 # fraction, not zero, so that the usual call, sent milliseconds after start_item fenced,
 # costs no extra statement.
 # The check runs twice: before the attempt, where a stale fence costs one UPDATE, and again
-# as the request's last step in the provider's transport (``guarded``; for HTTP, after
-# requests has prepared the request, right before urllib3 takes a connection and writes),
-# where it refuses the send. The window that remains, stated honestly: a freeze that lands
-# after that last check and before the request's bytes leave the socket (urllib3's and
-# http.client's Python, a fraction of a millisecond) and lasts long enough for recovery and
-# another run's takeover still sends one call per thread caught there. Only the provider
-# could close that (by refusing a stale fencing token). The clock does not count time a
-# whole machine spends suspended (CLOCK_MONOTONIC).
+# in the provider's transport (``guarded``; for HTTP, when requests hands the prepared
+# request to its adapter, and once more in urllib3's connection, after it has taken the
+# connection and put the request line and headers together, right before they are
+# written), where it refuses the send. The window that remains, stated honestly: a freeze
+# that lands after that last check and before the request's bytes reach the socket
+# (http.client joining the header lines and calling sendall: microseconds) and lasts long
+# enough for recovery and another run's takeover still sends one call per thread caught
+# there. Only the provider could close that (by refusing a stale fencing token). The clock
+# does not count time a whole machine spends suspended (CLOCK_MONOTONIC).
 FRESH_FENCE_FRACTION = 0.25
 
 _RUNNERS: weakref.WeakSet[Runner] = weakref.WeakSet()

@@ -16,6 +16,7 @@ from speechbatch import create_app
 from speechbatch import runner as runner_module
 from speechbatch.app import Services
 from speechbatch.config import Settings
+from speechbatch.providers import openai as openai_module
 from speechbatch.providers.base import CallNotSent, guarded
 from speechbatch.providers.openai import OpenAIProvider
 from speechbatch.repositories import StaleJob, UserRecord
@@ -247,24 +248,37 @@ def test_run_stalled_before_its_call_past_a_takeover_sends_nothing(
         close_services(svc)
 
 
+@pytest.mark.parametrize("stalls", ["before_requests", "inside_urllib3"])
 def test_run_stalled_after_its_fence_check_sends_no_http_request(
-    settings: Settings, admin: UserRecord
+    settings: Settings, admin: UserRecord, monkeypatch: pytest.MonkeyPatch, stalls: str
 ) -> None:
-    """The zombie's last window: a run passed the fresh-fence check before its call and
-    then stalled (a frozen process) while the HTTP request was being built; its job was
-    recovered, claimed again and finished meanwhile. The transport's send guard checks
-    the fence once more, right before the request leaves: nothing reaches the provider."""
+    """The zombie's last windows: a run passed the fresh-fence check before its call and
+    then stalled (a frozen process) while the HTTP request was being built, before
+    requests prepared it or inside urllib3 (a pooled connection taken, the request line
+    put); its job was recovered, claimed again and finished meanwhile. The transport
+    checks the fence again as the request's last step: nothing reaches the provider."""
     server = HttpFakeProvider().start()
     stall = _Stall()
+    provider_class: type[OpenAIProvider] = OpenAIProvider
+    if stalls == "before_requests":
 
-    class StallsAfterTheCheck(OpenAIProvider):
-        def synthesize(self, text: str, voice: str) -> bytes:
-            # Runs after before_attempt's fresh-fence check, before requests prepares
-            # and sends: the window that only the transport's guard still covers.
+        class StallsAfterTheCheck(OpenAIProvider):
+            def synthesize(self, text: str, voice: str) -> bytes:
+                # After before_attempt's fresh-fence check, before requests prepares.
+                stall.here()
+                return super().synthesize(text, voice)
+
+        provider_class = StallsAfterTheCheck
+    else:
+        # After the adapter's check: only the connection's own check still covers it.
+        putrequest = openai_module._GuardedHTTPConnection.putrequest
+
+        def stalling_putrequest(self: Any, *args: Any, **kwargs: Any) -> None:
             stall.here()
-            return super().synthesize(text, voice)
+            putrequest(self, *args, **kwargs)
 
-    provider = StallsAfterTheCheck(server.url, None, "tts-1", ("alloy", "echo"), 5.0)
+        monkeypatch.setattr(openai_module._GuardedHTTPConnection, "putrequest", stalling_putrequest)
+    provider = provider_class(server.url, None, "tts-1", ("alloy", "echo"), 5.0)
     app = create_app(with_settings(settings, worker_dead_seconds=2.0), provider=provider)
     svc = services(app)
     try:
@@ -275,18 +289,24 @@ def test_run_stalled_after_its_fence_check_sends_no_http_request(
         server.stop()
 
 
-def test_a_send_guard_that_refuses_keeps_the_request_from_leaving() -> None:
-    """The transport runs the guard after the request is prepared: a refusal raises
-    CallNotSent and the provider counts no call; without a guard the call is sent."""
+@pytest.mark.parametrize("refused_by", ["adapter", "connection"])
+def test_a_send_guard_that_refuses_keeps_the_request_from_leaving(refused_by: str) -> None:
+    """The transport runs the guard when requests hands the request over and again in the
+    connection, right before it writes: a refusal at either raises CallNotSent and the
+    provider counts no call; the next call on the same session is sent."""
     server = HttpFakeProvider().start()
     try:
         provider = OpenAIProvider(server.url, None, "tts-1", ("alloy",), 5.0)
+        checks: list[str] = []
 
         def refuse() -> None:
-            raise CallNotSent()
+            checks.append(refused_by)
+            if refused_by == "adapter" or len(checks) == 2:
+                raise CallNotSent()
 
         with guarded(refuse), pytest.raises(CallNotSent):
             provider.synthesize("guarded", "alloy")
+        assert len(checks) == (1 if refused_by == "adapter" else 2)
         assert server.calls("guarded") == 0
         assert provider.synthesize("guarded", "alloy")
         assert server.calls("guarded") == 1

@@ -42,7 +42,7 @@ _send_guard: ContextVar[Callable[[], None] | None] = ContextVar("send_guard", de
 @contextmanager
 def guarded(guard: Callable[[], None]) -> Iterator[None]:
     """Within the block, providers that send requests run ``guard`` as the last step
-    before a request leaves (HTTP: in the transport adapter); it raises CallNotSent to
+    before a request leaves (HTTP: in the transport, see ``openai``); it raises CallNotSent to
     keep the request from being sent."""
     token = _send_guard.set(guard)
     try:

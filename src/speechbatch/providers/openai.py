@@ -12,6 +12,8 @@ from typing import Any
 import requests
 from requests.adapters import HTTPAdapter
 from requests.models import PreparedRequest, Response
+from urllib3.connection import HTTPConnection, HTTPSConnection
+from urllib3.connectionpool import HTTPConnectionPool, HTTPSConnectionPool
 
 from .base import PermanentProviderError, RetryableProviderError, check_send_guard
 
@@ -38,9 +40,48 @@ def parse_retry_after(value: str | None, now: float | None = None) -> float | No
     return max(0.0, seconds)
 
 
+class _GuardedHTTPConnection(HTTPConnection):
+    """Runs the send guard as the request's very last step: urllib3 has taken (or opened)
+    the connection and put the request line and headers together; the next thing
+    ``endheaders`` does is write them to the socket."""
+
+    def endheaders(self, message_body: Any = None, *, encode_chunked: bool = False) -> None:
+        check_send_guard()
+        super().endheaders(message_body, encode_chunked=encode_chunked)
+
+
+class _GuardedHTTPSConnection(HTTPSConnection):
+    """The same for HTTPS (the TLS handshake, at connect, sends nothing billable)."""
+
+    def endheaders(self, message_body: Any = None, *, encode_chunked: bool = False) -> None:
+        check_send_guard()
+        super().endheaders(message_body, encode_chunked=encode_chunked)
+
+
+class _GuardedHTTPPool(HTTPConnectionPool):
+    ConnectionCls = _GuardedHTTPConnection
+
+
+class _GuardedHTTPSPool(HTTPSConnectionPool):
+    ConnectionCls = _GuardedHTTPSConnection
+
+
 class _GuardedAdapter(HTTPAdapter):
-    """Runs the send guard as late as requests allows: after the request is prepared
-    (headers, body, proxies), right before urllib3 takes a connection and writes it."""
+    """Runs the send guard twice: once when requests hands the prepared request over
+    (every route, proxies included), and once more in the connection itself, right
+    before the request's bytes are written (direct connections, the usual route).
+
+    The second check closes the window between the two: urllib3 taking a connection
+    from its pool and building the request line and headers. A process frozen there
+    and woken after its run was taken over would otherwise still send a paid call.
+    """
+
+    def init_poolmanager(self, *args: Any, **kwargs: Any) -> None:
+        super().init_poolmanager(*args, **kwargs)
+        self.poolmanager.pool_classes_by_scheme = {
+            "http": _GuardedHTTPPool,
+            "https": _GuardedHTTPSPool,
+        }
 
     def send(self, request: PreparedRequest, *args: Any, **kwargs: Any) -> Response:
         check_send_guard()
