@@ -35,6 +35,7 @@ from .providers.retry import synthesize_with_retries
 from .repositories.riders import Rider
 from .repositories.runs import DoneItem, FinishedItem, StartedItem
 from .repositories.slots import SlotGrant, SlotRepository
+from .repositories.spending import Bill
 from .slots import CallNotStarted, Holder, ProviderGate
 from .storage import LocalStorage
 from .uow import SessionUowFactory, Writer
@@ -356,6 +357,11 @@ class Runner:
             uow.slots.release_slot(offer[0])
         return finished, result
 
+    def _offered(self) -> SlotGrant | None:
+        """The slot on offer to this start (see ``_taken_offer``), left on offer."""
+        offer: list[SlotGrant] = getattr(self._carries, "offer", [])
+        return offer[0] if offer else None
+
     def _taken_offer(self) -> SlotGrant | None:
         """The slot of the item this thread has just finished, now this start's to keep
         (``_kept_or_taken``) or release: nothing releases it at the transaction's end."""
@@ -375,14 +381,31 @@ class Runner:
         since the month's row is the organization's, shared by all its runs.
         """
         renewal = None if offer is None else self.gate.renewal(uow.slots, run.job_id, offer)
-        if renewal is not None and self._bill(run, uow, characters, carrying=renewal):
-            return offer
+        if renewal is None:
+            return self._billed(run, uow, offer, characters)
+        carried = self._bill(run, uow, characters, carrying=renewal)
+        return self._kept_after_bill(run, uow, offer, carried)
+
+    def _billed(
+        self, run: _Run, uow: Writer, offer: SlotGrant | None, characters: int
+    ) -> SlotGrant | None:
+        """No renewal: give the offered slot back and try for a free one, then bill."""
         if offer is not None:
             uow.slots.release_slot(offer)
         slot = self.gate.try_within(uow.slots, run.job_id, run.attempt)
-        if renewal is None:
-            self._bill(run, uow, characters)
+        self._bill(run, uow, characters)
         return slot
+
+    def _kept_after_bill(
+        self, run: _Run, uow: Writer, offer: SlotGrant | None, carried: bool
+    ) -> SlotGrant | None:
+        """The call was billed carrying the offered slot's renewal: the slot it keeps,
+        or (the renewal lost) the offer given back and a free slot tried."""
+        if carried:
+            return offer
+        if offer is not None:
+            uow.slots.release_slot(offer)
+        return self.gate.try_within(uow.slots, run.job_id, run.attempt)
 
     def _flush_carry(self, run: _Run) -> None:
         """The thread is leaving: commit the finish it still carries."""
@@ -612,12 +635,18 @@ class Runner:
         lookup = None if run.regenerate else fingerprint
 
         def begin(
-            uow: Writer, started: StartedItem | None
+            uow: Writer, started: StartedItem | None, billed: Bill | None = None
         ) -> tuple[StartedItem, SlotGrant | None] | None:
             # Answers with reusable_item_id set only when the audio was shared, and with
             # the slot this transaction took for the call (None: it waits for one).
+            # ``billed``: the start billed the call already, carrying the offer's renewal.
             if started is None:
                 return None
+            if billed is not None:
+                if not billed:
+                    raise BudgetExceeded()
+                slot = self._kept_after_bill(run, uow, self._taken_offer(), billed.carried)
+                return started, slot
             source = started.reusable_item_id
             if source is not None and uow.runs.reuse_audio(
                 run.job_id, run.attempt, item_id, source, fingerprint
@@ -635,11 +664,20 @@ class Runner:
         def finish_and_start(
             uow: Writer, done: DoneItem
         ) -> tuple[FinishedItem, tuple[StartedItem, SlotGrant | None] | None]:
-            # The thread's previous item becomes DONE in the start's own fenced move.
-            finished, started = uow.runs.finish_and_start_item(
-                run.job_id, run.attempt, done, item_id, reuse_fingerprint=lookup
+            # The thread's previous item becomes DONE in the start's own fenced move, and
+            # when its slot is to be kept, the next call's bill (carrying the renewal)
+            # travels with that move too: on PostgreSQL, one statement for all.
+            offer = self._offered()
+            renewal = None if offer is None else self.gate.renewal(uow.slots, run.job_id, offer)
+            bill = None
+            if renewal is not None:
+                bill = uow.spending.call_bill(
+                    run.organization_id, run.job_id, run.attempt, characters, carrying=renewal
+                )
+            finished, started, billed = uow.runs.finish_and_start_item(
+                run.job_id, run.attempt, done, item_id, reuse_fingerprint=lookup, bill=bill
             )
-            return finished, begin(uow, started) if finished else None
+            return finished, begin(uow, started, billed) if finished else None
 
         try:
             answer = self._fenced_tx(run, start, finish_and_start)

@@ -16,7 +16,7 @@ from speechbatch import create_app, spending
 from speechbatch.app import Services
 from speechbatch.errors import BudgetExceeded
 from speechbatch.models import Item
-from speechbatch.repositories import UserRecord
+from speechbatch.repositories import RunsRepository, UserRecord
 from speechbatch.repositories.spending import Bill, SpendingRepository
 from speechbatch.runner import audio_key as runner_audio_key
 from speechbatch.services import create_job, start_generation
@@ -230,13 +230,9 @@ def test_a_reservation_refused_in_the_previous_items_commit_keeps_that_item_done
     spending.set_budget(svc.uow_factory, "acme", 20)  # three 6-character items fit
     # At the refusal, what other connections see of the items (committed state only).
     seen_at_refusal: list[list[str]] = []
-    bill = SpendingRepository.bill_call
 
-    def bill_call(
-        self: SpendingRepository, org: int, job: int, attempt: int, n: int, **kw: Any
-    ) -> Bill:
-        won = bill(self, org, job, attempt, n, **kw)
-        if not won:
+    def refused(job: int, bill: Bill | None) -> None:
+        if bill is not None and not bill:
             with svc.uow_factory(read_only=True) as other:
                 seen_at_refusal.append(
                     list(
@@ -245,9 +241,26 @@ def test_a_reservation_refused_in_the_previous_items_commit_keeps_that_item_done
                         ).scalars()
                     )
                 )
+
+    # The reservation is refused either in the start's own statement (it carries the
+    # bill when the slot is kept) or by bill_call (when the slot is not).
+    bill_call = SpendingRepository.bill_call
+    finish_and_start_item = RunsRepository.finish_and_start_item
+
+    def watched_bill_call(
+        self: SpendingRepository, org: int, job: int, attempt: int, n: int, **kw: Any
+    ) -> Bill:
+        won = bill_call(self, org, job, attempt, n, **kw)
+        refused(job, won)
         return won
 
-    monkeypatch.setattr(SpendingRepository, "bill_call", bill_call)
+    def watched_start(self: RunsRepository, job: int, attempt: int, *args: Any, **kw: Any) -> Any:
+        finished, started, billed = finish_and_start_item(self, job, attempt, *args, **kw)
+        refused(job, billed)
+        return finished, started, billed
+
+    monkeypatch.setattr(SpendingRepository, "bill_call", watched_bill_call)
+    monkeypatch.setattr(RunsRepository, "finish_and_start_item", watched_start)
     job_id = new_job(svc, admin, 6)
     job = run(svc, admin, job_id)
     # The third item's DONE was not committed yet when the fourth item's reservation

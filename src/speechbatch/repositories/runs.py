@@ -27,10 +27,12 @@ from sqlalchemy import (
     update,
 )
 from sqlalchemy.orm import Session
+from sqlalchemy.sql.selectable import TextualSelect
 
 from ..db import db_now, one_of
 from ..models import Id, ItemStatus, JobStatus, RunOutcome
 from .jobs import fail_in_flight_counters, not_done_items, total_items
+from .spending import Bill, CallBill, bill_ctes
 from .tables import COUNTERS, items, jobs, runs
 
 
@@ -151,7 +153,8 @@ class Runs(Protocol):
         item_id: int,
         *,
         reuse_fingerprint: str | None = None,
-    ) -> tuple[FinishedItem, StartedItem | None]: ...
+        bill: CallBill | None = None,
+    ) -> tuple[FinishedItem, StartedItem | None, Bill | None]: ...
     def reuse_audio(
         self, job_id: int, attempt: int, item_id: int, source_item_id: int, fingerprint: str
     ) -> bool: ...
@@ -270,7 +273,8 @@ class RunsRepository:
         item_id: int,
         *,
         reuse_fingerprint: str | None = None,
-    ) -> tuple[FinishedItem, StartedItem | None]:
+        bill: CallBill | None = None,
+    ) -> tuple[FinishedItem, StartedItem | None, Bill | None]:
         """Fenced: ``done``'s DONE finish and the start of ``item_id`` under one fence,
         which writes the job's row (stamp and counters) once for both: what
         ``finish_item`` and then ``start_item`` answer, one statement fewer.
@@ -278,25 +282,41 @@ class RunsRepository:
         The start is None when its item was not startable (the finish still won); both
         lose when fenced. A finish that lost while its start won (the fence held, so it
         was not this run's item to finish) must be rolled back by the caller.
+
+        With ``bill``, the started item's call is billed too (and its rider carried)
+        when the start found no reusable audio: on PostgreSQL within the same statement,
+        elsewhere right after it. The third answer is that ``Bill`` (falsy when the call
+        did not fit the budget: the caller rolls back), or None when nothing was billed.
         """
         params = {
             **_done_params(job_id, attempt, done),
             "p_item_next": item_id,
             "p_fp_next": reuse_fingerprint,
         }
-        statements = _item_statements(self._dialect)["done_then_start"]
         finished: Any
         started: Any
-        if len(statements) == 1:
-            row = self.session.execute(statements[0], params).one()
+        billed: Bill | None = None
+        if self._dialect == "postgresql":
+            if bill is None:
+                (statement,) = _item_statements(self._dialect)["done_then_start"]
+            else:
+                rider = None if bill.carrying is None else bill.carrying.statement
+                statement = _billed_done_then_start(rider)
+                params.update(bill.statement_params())
+            row = self.session.execute(statement, params).one()
             finished, started = (row if row.id is not None else None), row
+            if bill is not None and started.text is not None and started.reusable_id is None:
+                fit = row.billed is not None
+                billed = Bill(fit, fit and bool(getattr(row, "carried", False)))
         else:
-            fence, finish, start = statements
+            fence, finish, start = _item_statements(self._dialect)["done_then_start"]
             if self.session.execute(fence, params).first() is None:
-                return FinishedItem(won=False), None
+                return FinishedItem(won=False), None, None
             finished = self.session.execute(finish, params).first()
             started = self.session.execute(start, params).first()
-        return _finished(finished), _started(started if started and started.text else None)
+            if bill is not None and started is not None and started.reusable_id is None:
+                billed = bill.run(self.session)
+        return _finished(finished), _started(started if started and started.text else None), billed
 
     def reuse_audio(
         self, job_id: int, attempt: int, item_id: int, source_item_id: int, fingerprint: str
@@ -539,8 +559,15 @@ def _item_statements(dialect: str) -> dict[str, tuple[Any, ...]]:
                 select(done.c.still_referenced).scalar_subquery().label("still_referenced"),
                 *(select(column).scalar_subquery().label(column.key) for column in started.c),
             ),
+            started,
         )
 
+    done_then_start = fenced(this.done(), following.start())
+    started: Any = None
+    if dialect == "postgresql":
+        # Its started CTE too, on which the billed variant's bill depends.
+        (*moves, started) = done_then_start
+        done_then_start = tuple(moves)
     return {
         "stamp": (fence(),),
         "start": fenced(this.start()),
@@ -548,8 +575,40 @@ def _item_statements(dialect: str) -> dict[str, tuple[Any, ...]]:
         "return": fenced(this.back_to_pending()),
         "done": fenced(this.done()),
         "error": fenced(this.error()),
-        "done_then_start": fenced(this.done(), following.start()),
+        "done_then_start": done_then_start,
+        "started_cte": (started,),
     }
+
+
+# PostgreSQL's done_then_start carrying the started item's bill, per rider statement (None:
+# no rider; else the slot's renewal), built once.
+_BILLED: dict[int | None, tuple[TextualSelect | None, Any]] = {}
+
+
+def _billed_done_then_start(rider: TextualSelect | None) -> Any:
+    """PostgreSQL: ``done_then_start`` that also bills the started item's call (the run's
+    line and the month's reservation, ``spending.bill_ctes``) when it started an item to
+    send (no reusable audio found), and carries ``rider``; one statement, one round trip,
+    while the job's row is locked. It answers, besides the moves, ``billed`` (the month's
+    row, when the call fit) and ``carried`` (whether the rider won)."""
+    key = None if rider is None else id(rider)
+    cached = _BILLED.get(key)
+    if cached is not None and cached[0] is rider:
+        return cached[1]
+    statements = _item_statements("postgresql")
+    (moves,), (started,) = statements["done_then_start"], statements["started_cte"]
+    to_send = select(started.c.text).where(started.c.reusable_id.is_(None)).exists()
+    line, reserve = bill_ctes("postgresql", to_send)
+    reserved = reserve.cte("reserve")
+    extra = [select(reserved.c.id).scalar_subquery().label("billed")]
+    ctes = [line.returning(runs.c.id).cte("run_line")]
+    if rider is not None:
+        carried = rider.cte("carried")
+        ctes.append(carried)
+        extra.append(select(literal(1)).select_from(carried).exists().label("carried"))
+    statement = moves.add_columns(*extra).add_cte(*ctes)
+    _BILLED[key] = (rider, statement)
+    return statement
 
 
 class _ItemMoves:

@@ -29,7 +29,8 @@ from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.ext.compiler import compiles
 from sqlalchemy.orm import Session
 from sqlalchemy.sql.compiler import SQLCompiler
-from sqlalchemy.sql.expression import FunctionElement
+from sqlalchemy.sql.dml import Update
+from sqlalchemy.sql.expression import ColumnElement, FunctionElement
 from sqlalchemy.sql.selectable import TextualSelect
 from sqlalchemy.types import String
 
@@ -94,6 +95,35 @@ class Bill:
         return self.fit
 
 
+@dataclass(frozen=True)
+class CallBill:
+    """One provider call's bill, not yet run: the billing statements' parameters and the
+    rider it carries. ``run`` bills it with statements of its own; on PostgreSQL an
+    item's start carries it instead, as CTEs of its one statement (``bill_ctes``)."""
+
+    params: dict[str, int]
+    carrying: Rider | None = None
+
+    def run(self, session: Session) -> Bill:
+        """Bill the call now, in the session's transaction (see ``bill_call``)."""
+        carrying, dialect = self.carrying, session.get_bind().dialect.name
+        if carrying is not None and dialect == "postgresql":
+            row = session.execute(_carrying(carrying.statement), self.statement_params()).first()
+            return Bill(row is not None, row is not None and bool(row.carried))
+        carried = carrying is not None and carrying.run(session)
+        *before, reserve = _billing_statements(dialect).bill
+        for statement in before:
+            session.execute(statement, self.params)
+        fit = session.execute(reserve, self.params).first() is not None
+        return Bill(fit, fit and carried)
+
+    def statement_params(self) -> dict[str, Any]:
+        """Its parameters and its rider's, for the statement that carries it."""
+        if self.carrying is None:
+            return dict(self.params)
+        return {**self.params, **self.carrying.params}
+
+
 def _chunks(values: list[str]) -> Iterable[list[str]]:
     for start in range(0, len(values), _CHUNK):
         yield values[start : start + _CHUNK]
@@ -119,6 +149,20 @@ class SpendingRepository:
         self.session = session
         self._dialect = session.get_bind().dialect.name
 
+    def call_bill(
+        self,
+        organization_id: int,
+        job_id: int,
+        attempt: int,
+        characters: int,
+        *,
+        carrying: Rider | None = None,
+    ) -> CallBill:
+        """One call's bill (see ``bill_call``) for an item's start to carry in its own
+        statement (``RunsRepository.finish_and_start_item``), or to run alone."""
+        params = _ledger_params(organization_id, job_id, attempt, characters, calls=1)
+        return CallBill(params, carrying)
+
     def bill_call(
         self,
         organization_id: int,
@@ -140,18 +184,9 @@ class SpendingRepository:
         start holds its job's row), and so is ``carrying``, another repository's
         compare-and-set (the slot kept for this call); elsewhere that runs first.
         """
-        params = _ledger_params(organization_id, job_id, attempt, characters, calls=1)
-        if carrying is not None and self._dialect == "postgresql":
-            row = self.session.execute(
-                _carrying(carrying.statement), {**params, **carrying.params}
-            ).first()
-            return Bill(row is not None, row is not None and bool(row.carried))
-        carried = carrying is not None and carrying.run(self.session)
-        *before, reserve = _billing_statements(self._dialect).bill
-        for statement in before:
-            self.session.execute(statement, params)
-        fit = self.session.execute(reserve, params).first() is not None
-        return Bill(fit, fit and carried)
+        return self.call_bill(organization_id, job_id, attempt, characters, carrying=carrying).run(
+            self.session
+        )
 
     def refund_characters(
         self, organization_id: int, job_id: int, attempt: int, characters: int
@@ -293,11 +328,15 @@ class _Billing:
     refund: tuple[Any, ...]
 
 
-@functools.cache
-def _billing_statements(dialect: str) -> _Billing:
-    """Built once per dialect: a call's billing runs while the item's start holds its
-    job's row, so building it per call would lengthen that (parameters p_org, p_n,
-    p_calls, p_job, p_attempt)."""
+def bill_ctes(dialect: str, when: ColumnElement[bool] | None = None) -> tuple[Update, Any]:
+    """A sent call's two writes (parameters p_org, p_n, p_calls, p_job, p_attempt): the
+    run's line (+ n and one call) and the month's reservation, an upsert that returns
+    the month's row only when the call fits the budget.
+
+    With ``when``, a condition on another statement's CTEs, both change nothing unless
+    it holds: an item's start carries them as CTEs of its one statement, billing only
+    when it started an item that it will send.
+    """
     organization_id = bindparam("p_org", type_=Integer)
     n = bindparam("p_n", type_=Integer)
     calls = bindparam("p_calls", type_=Integer)
@@ -310,6 +349,12 @@ def _billing_statements(dialect: str) -> _Billing:
     source = select(organization_id, db_month(), n, literal(1)).where(
         or_(budget.is_(None), n <= budget)
     )
+    run = update(runs).where(
+        runs.c.job_id == bindparam("p_job", type_=Integer),
+        runs.c.attempt == bindparam("p_attempt", type_=Integer),
+    )
+    if when is not None:
+        source, run = source.where(when), run.where(when)
     upsert = insert_fn(usage_months).from_select(
         ["organization_id", "month", "billed_characters", "provider_calls"], source
     )
@@ -326,17 +371,22 @@ def _billing_statements(dialect: str) -> _Billing:
         ),
     ).returning(usage_months.c.id)
     # The run's share of the ledger: + n and one call for a call, - n and - 1 for a refund.
-    run = (
-        update(runs)
-        .where(
-            runs.c.job_id == bindparam("p_job", type_=Integer),
-            runs.c.attempt == bindparam("p_attempt", type_=Integer),
-        )
-        .values(
-            billed_characters=runs.c.billed_characters + n,
-            provider_calls=runs.c.provider_calls + calls,
-        )
+    line = run.values(
+        billed_characters=runs.c.billed_characters + n,
+        provider_calls=runs.c.provider_calls + calls,
     )
+    return line, reserve
+
+
+@functools.cache
+def _billing_statements(dialect: str) -> _Billing:
+    """Built once per dialect: a call's billing runs while the item's start holds its
+    job's row, so building it per call would lengthen that (parameters p_org, p_n,
+    p_calls, p_job, p_attempt)."""
+    organization_id = bindparam("p_org", type_=Integer)
+    n = bindparam("p_n", type_=Integer)
+    calls = bindparam("p_calls", type_=Integer)
+    run, reserve = bill_ctes(dialect)
     month = (
         update(usage_months)
         .where(
