@@ -380,3 +380,42 @@ def test_a_folded_finish_that_loses_rolls_its_start_back_and_stops_the_run(
     assert len(_audio_files(svc)) == 1
     progress = job["progress"]
     assert (progress["done"], progress["pending"], progress["generating"]) == (1, 2, 0), progress
+
+
+@pytest.mark.parametrize("failing", [1, 3])
+def test_audio_that_cannot_be_stored_fails_its_item_and_the_run_goes_on(
+    make_svc: Any,
+    admin: UserRecord,
+    provider: FakeProvider,
+    monkeypatch: pytest.MonkeyPatch,
+    failing: int,
+) -> None:
+    """A paid answer whose audio cannot be written fails its item ("could not store
+    audio"), gives its call's slot back and leaves no file; the run goes on to the next
+    item (the first item failing) and ends FAILED (the last one failing)."""
+    svc = make_svc(item_concurrency=1)
+    write = svc.runner.storage.write
+    written: list[str] = []
+
+    def write_or_fail(key: str, data: bytes) -> None:
+        if data == fake_audio(f"text {failing}"):
+            raise OSError(28, "No space left on device")
+        write(key, data)
+        written.append(key)
+
+    monkeypatch.setattr(svc.runner.storage, "write", write_or_fail)
+    job_id = new_job(svc, admin, 3)
+    job = _run(svc, admin, job_id)
+    expected = ["DONE"] * 3
+    expected[failing - 1] = "ERROR"
+    assert statuses(job) == expected
+    failed = job["items"][failing - 1]
+    assert failed["error_message"] == "could not store audio: No space left on device"
+    assert failed["audio_url"] is None
+    assert job["status"] == "FAILED" and job["runs"][-1]["outcome"] == "FAILED"
+    assert provider.total_calls() == 3  # every item was sent once, the failed one too
+    assert len(_audio_files(svc)) == len(written) == 2
+    progress = job["progress"]
+    assert (progress["done"], progress["error"], progress["generating"]) == (2, 1, 0)
+    with svc.uow_factory(read_only=True) as uow:
+        assert uow.slots.slots_in_flight(worker_dead_seconds=30, max_hold_seconds=300) == 0
