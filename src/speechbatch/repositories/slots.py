@@ -241,7 +241,8 @@ class SlotRepository:
         next call (its lease restarts). It wins (returns a row) unless the slot is no
         longer live under that token (reclaimed, released, its worker dead) or the job
         holds more than its fair share, ceil(capacity / GENERATING jobs), counting this
-        slot. The reservation of that call carries it (``SpendingRepository.bill_call``);
+        slot. The bill of that call carries it (in the item's start statement,
+        ``RunsRepository.finish_and_start_item``, or ``SpendingRepository.bill_call``);
         ``Rider.run`` runs it alone."""
         statement = self._sql["renew"]
         assert isinstance(statement, TextualSelect)
