@@ -40,22 +40,23 @@ def parse_retry_after(value: str | None, now: float | None = None) -> float | No
     return max(0.0, seconds)
 
 
-class _GuardedHTTPConnection(HTTPConnection):
+class _GuardsItsSend:
     """Runs the send guard as the request's very last step: urllib3 has taken (or opened)
     the connection and put the request line and headers together; the next thing
-    ``endheaders`` does is write them to the socket."""
+    ``endheaders`` does is write them to the socket. (For HTTPS the TLS handshake, at
+    connect, sends nothing billable.)"""
 
     def endheaders(self, message_body: Any = None, *, encode_chunked: bool = False) -> None:
         check_send_guard()
-        super().endheaders(message_body, encode_chunked=encode_chunked)
+        super().endheaders(message_body, encode_chunked=encode_chunked)  # type: ignore[misc]
 
 
-class _GuardedHTTPSConnection(HTTPSConnection):
-    """The same for HTTPS (the TLS handshake, at connect, sends nothing billable)."""
+class _GuardedHTTPConnection(_GuardsItsSend, HTTPConnection):
+    pass
 
-    def endheaders(self, message_body: Any = None, *, encode_chunked: bool = False) -> None:
-        check_send_guard()
-        super().endheaders(message_body, encode_chunked=encode_chunked)
+
+class _GuardedHTTPSConnection(_GuardsItsSend, HTTPSConnection):
+    pass
 
 
 class _GuardedHTTPPool(HTTPConnectionPool):
