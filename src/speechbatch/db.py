@@ -40,6 +40,9 @@ PG_SESSION_OPTIONS = (
     " -c idle_in_transaction_session_timeout=10000"
 )
 SQLITE_BUSY_TIMEOUT_MS = 30000
+# psycopg's cache of converted queries (see _cache_item_statements): what it keeps.
+PSYCOPG_CACHED_STATEMENT_BYTES = 8192
+PSYCOPG_CACHED_STATEMENT_PARAMS = 64
 # A pooled PostgreSQL connection is pinged at checkout only when it sat unused in the pool
 # longer than this (see _ping_after_idle).
 PING_AFTER_IDLE_SECONDS = 1.0
@@ -156,6 +159,7 @@ def make_engine(url: str, *, pool: bool = True, statement_reads: bool = False) -
         engine = create_engine(url, **kwargs)
         _make_sqlite_immediate(engine, statement_reads=statement_reads)
         return engine
+    _cache_item_statements()
     options = PG_SESSION_OPTIONS
     if statement_reads:
         options += " -c default_transaction_read_only=on"
@@ -171,6 +175,31 @@ def make_engine(url: str, *, pool: bool = True, statement_reads: bool = False) -
     engine = create_engine(url, **kwargs)
     _ping_after_idle(engine)
     return engine
+
+
+def _cache_item_statements() -> None:
+    """Let psycopg cache the conversion of the runner's per-item statement too.
+
+    psycopg turns a query's ``%(name)s`` placeholders into ``$n`` with a regular expression
+    at every execution, and caches the result (by the query's text) only for queries of at
+    most 4,096 bytes and 50 parameters: a limit against the endless variety of ORM-made
+    multi-row INSERTs (psycopg discussion 628). The runner's item statement (the previous
+    item's DONE, the next one's start, its bill and its slot's renewal, one statement on
+    PostgreSQL) is 5.7 KB with 51 parameters, so it was converted afresh for every item:
+    a third of the item threads' time holding the interpreter lock (``py-spy --gil``),
+    which they share with each other and with the process's request threads. Our
+    statements are a fixed set, and the cache an LRU of 128 entries, so raising the limits
+    bounds its memory all the same. The limits are module constants that psycopg reads at
+    each conversion; ``test_item_statements_fit_psycopg_cache`` fails if that changes.
+    """
+    from psycopg import _queries
+
+    _queries.MAX_CACHED_STATEMENT_LENGTH = max(
+        _queries.MAX_CACHED_STATEMENT_LENGTH, PSYCOPG_CACHED_STATEMENT_BYTES
+    )
+    _queries.MAX_CACHED_STATEMENT_PARAMS = max(
+        _queries.MAX_CACHED_STATEMENT_PARAMS, PSYCOPG_CACHED_STATEMENT_PARAMS
+    )
 
 
 def _ping_after_idle(engine: Engine) -> None:
