@@ -345,7 +345,7 @@ def test_every_statement_of_a_run_is_converted_once_by_psycopg(
     make_svc: Callable[..., Services], admin: UserRecord, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """psycopg rewrites placeholders at every execution of a query it does not cache;
-    the item statement (5.7 KB, 51 parameters) was one, a third of the item threads'
+    the item statement (5.2 KB) was one, a third of the item threads'
     time under the interpreter lock (``db._cache_item_statements``). No statement of a
     run may take psycopg's uncached conversion."""
     from psycopg import _queries

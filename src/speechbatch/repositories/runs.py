@@ -21,15 +21,18 @@ from sqlalchemy import (
     bindparam,
     case,
     cast,
+    false,
     literal,
+    null,
     or_,
     select,
+    true,
     update,
 )
 from sqlalchemy.orm import Session
 from sqlalchemy.sql.selectable import TextualSelect
 
-from ..db import db_now, one_of
+from ..db import const, db_now, one_of
 from ..models import Id, ItemStatus, JobStatus, RunOutcome
 from .jobs import fail_in_flight_counters, not_done_items, total_items
 from .spending import Bill, CallBill, bill_ctes
@@ -122,9 +125,9 @@ def counter_deltas(
     deltas: dict[str, ColumnElement[int]] = {}
     for status, column in COUNTERS.items():
         if status == to_status:
-            deltas[column.key] = case((one_of(old_status, from_statuses), 1), else_=0)
+            deltas[column.key] = case((one_of(old_status, from_statuses), const(1)), else_=const(0))
         elif status in from_statuses:
-            deltas[column.key] = case((old_status == status, -1), else_=0)
+            deltas[column.key] = case((old_status == const(status), const(-1)), else_=const(0))
     return deltas
 
 
@@ -530,10 +533,12 @@ def _item_statements(dialect: str) -> dict[str, tuple[Any, ...]]:
             update(jobs)
             .where(
                 jobs.c.id == job_id,
-                jobs.c.status == JobStatus.GENERATING,
+                jobs.c.status == const(JobStatus.GENERATING),
                 jobs.c.attempt == bindparam("p_attempt", type_=Integer),
             )
-            .values(updated_at=db_now(), version=jobs.c.version + 1, **counters_after(*deltas))
+            .values(
+                updated_at=db_now(), version=jobs.c.version + const(1), **counters_after(*deltas)
+            )
             .returning(jobs.c.id)
         )
 
@@ -605,7 +610,7 @@ def _billed_done_then_start(rider: TextualSelect | None) -> Any:
     if rider is not None:
         carried = rider.cte("carried")
         ctes.append(carried)
-        extra.append(select(literal(1)).select_from(carried).exists().label("carried"))
+        extra.append(select(const(1)).select_from(carried).exists().label("carried"))
     statement = moves.add_columns(*extra).add_cte(*ctes)
     _BILLED[key] = (rider, statement)
     return statement
@@ -629,18 +634,18 @@ class _ItemMoves:
             select(_SRC.c.id)
             .where(
                 _SRC.c.fingerprint == self.fingerprint,
-                _SRC.c.status == ItemStatus.DONE,
+                _SRC.c.status == const(ItemStatus.DONE),
                 _SRC.c.audio_path.is_not(None),
             )
             .order_by(_SRC.c.updated_at.desc())
-            .limit(1)
+            .limit(const(1))
             .scalar_subquery()
         )
         return (
             counter_deltas(self.old_status, STARTABLE, ItemStatus.GENERATING),
             update(items)
             .where(*self.this_item, one_of(items.c.status, STARTABLE))
-            .values(status=ItemStatus.GENERATING, error_message=None, updated_at=db_now())
+            .values(status=const(ItemStatus.GENERATING), error_message=null(), updated_at=db_now())
             .returning(items.c.text, items.c.audio_path, reusable.label("reusable_id")),
         )
 
@@ -650,7 +655,7 @@ class _ItemMoves:
             select(_SRC.c.id)
             .where(
                 _SRC.c.id == source_id,
-                _SRC.c.status == ItemStatus.DONE,
+                _SRC.c.status == const(ItemStatus.DONE),
                 _SRC.c.audio_path.is_not(None),
             )
             .exists()
@@ -661,15 +666,15 @@ class _ItemMoves:
 
         reusable_from = (*STARTABLE, ItemStatus.GENERATING)
         # The counters move for a reuse only when the item will: same conditions as its UPDATE.
-        reuse_status = case((source_done, self.old_status), else_=literal("-"))
+        reuse_status = case((source_done, self.old_status), else_=const("-"))
         return (
             counter_deltas(reuse_status, reusable_from, ItemStatus.DONE),
             update(items)
             .where(*self.this_item, one_of(items.c.status, reusable_from), source_done)
             .values(
-                status=ItemStatus.DONE,
-                error_message=None,
-                reused=True,
+                status=const(ItemStatus.DONE),
+                error_message=null(),
+                reused=true(),
                 fingerprint=self.fingerprint,
                 audio_path=of_source(_SRC.c.audio_path),
                 audio_bytes=of_source(_SRC.c.audio_bytes),
@@ -683,8 +688,8 @@ class _ItemMoves:
         return (
             counter_deltas(self.old_status, _GENERATING, ItemStatus.PENDING),
             update(items)
-            .where(*self.this_item, items.c.status == ItemStatus.GENERATING)
-            .values(status=ItemStatus.PENDING, updated_at=db_now())
+            .where(*self.this_item, items.c.status == const(ItemStatus.GENERATING))
+            .values(status=const(ItemStatus.PENDING), updated_at=db_now())
             .returning(items.c.id),
         )
 
@@ -696,24 +701,24 @@ class _ItemMoves:
             .where(
                 *self.this_item,
                 or_(
-                    items.c.status == ItemStatus.GENERATING,
+                    items.c.status == const(ItemStatus.GENERATING),
                     # The same write again (a retry after a lost commit ack) wins again;
                     # the counters did not move for it.
                     and_(
-                        items.c.status == ItemStatus.DONE,
+                        items.c.status == const(ItemStatus.DONE),
                         items.c.audio_path == path,
                         items.c.audio_sha256 == sha,
                     ),
                 ),
             )
             .values(
-                status=ItemStatus.DONE,
-                error_message=None,
+                status=const(ItemStatus.DONE),
+                error_message=null(),
                 audio_path=path,
                 audio_bytes=self.param("p_bytes", Integer),
                 audio_sha256=sha,
                 fingerprint=self.fingerprint,
-                reused=False,
+                reused=false(),
                 updated_at=db_now(),
             )
             .returning(
@@ -730,13 +735,13 @@ class _ItemMoves:
         return (
             counter_deltas(self.old_status, _GENERATING, ItemStatus.ERROR),
             update(items)
-            .where(*self.this_item, items.c.status == ItemStatus.GENERATING)
+            .where(*self.this_item, items.c.status == const(ItemStatus.GENERATING))
             .values(
-                status=ItemStatus.ERROR,
+                status=const(ItemStatus.ERROR),
                 error_message=self.param("p_message", Text),
                 updated_at=db_now(),
             )
-            .returning(items.c.id, literal(False).label("still_referenced")),
+            .returning(items.c.id, false().label("still_referenced")),
         )
 
 

@@ -19,7 +19,6 @@ from sqlalchemy import (
     and_,
     bindparam,
     func,
-    literal,
     literal_column,
     or_,
     select,
@@ -34,6 +33,7 @@ from sqlalchemy.sql.expression import ColumnElement, FunctionElement
 from sqlalchemy.sql.selectable import TextualSelect
 from sqlalchemy.types import String
 
+from ..db import const
 from ..models import Export, Item, ItemStatus, Job, Organization, Run, UsageMonth
 from .riders import Rider
 
@@ -346,7 +346,7 @@ def bill_ctes(dialect: str, when: ColumnElement[bool] | None = None) -> tuple[Up
         .scalar_subquery()
     )
     insert_fn = postgresql.insert if dialect == "postgresql" else sqlite.insert
-    source = select(organization_id, db_month(), n, literal(1)).where(
+    source = select(organization_id, db_month(), n, const(1)).where(
         or_(budget.is_(None), n <= budget)
     )
     run = update(runs).where(
@@ -363,7 +363,7 @@ def bill_ctes(dialect: str, when: ColumnElement[bool] | None = None) -> tuple[Up
         set_={
             "billed_characters": usage_months.c.billed_characters
             + upsert.excluded.billed_characters,
-            "provider_calls": usage_months.c.provider_calls + 1,
+            "provider_calls": usage_months.c.provider_calls + const(1),
         },
         where=or_(
             budget.is_(None),
