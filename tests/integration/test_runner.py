@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import ssl
+import subprocess
 import threading
 import time
 from collections.abc import Callable
@@ -289,12 +291,34 @@ def test_run_stalled_after_its_fence_check_sends_no_http_request(
         server.stop()
 
 
+@pytest.fixture
+def tls_server_context(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> ssl.SSLContext:
+    """A self-signed certificate for 127.0.0.1 (openssl), trusted by requests in this test."""
+    cert, key = tmp_path / "cert.pem", tmp_path / "key.pem"
+    subprocess.run(
+        ["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1",
+         "-subj", "/CN=127.0.0.1", "-addext", "subjectAltName=IP:127.0.0.1",
+         "-keyout", str(key), "-out", str(cert)],
+        check=True, capture_output=True,
+    )  # fmt: skip
+    monkeypatch.setenv("REQUESTS_CA_BUNDLE", str(cert))
+    context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    context.load_cert_chain(cert, key)
+    return context
+
+
+@pytest.mark.parametrize("scheme", ["http", "https"])
 @pytest.mark.parametrize("refused_by", ["adapter", "connection"])
-def test_a_send_guard_that_refuses_keeps_the_request_from_leaving(refused_by: str) -> None:
+def test_a_send_guard_that_refuses_keeps_the_request_from_leaving(
+    refused_by: str, scheme: str, request: pytest.FixtureRequest
+) -> None:
     """The transport runs the guard when requests hands the request over and again in the
     connection, right before it writes: a refusal at either raises CallNotSent and the
-    provider counts no call; the next call on the same session is sent."""
-    server = HttpFakeProvider().start()
+    provider counts no call; the next call on the same session is sent. Over HTTPS (a real
+    provider's scheme) as over HTTP: the connection's check comes after the handshake."""
+    tls = request.getfixturevalue("tls_server_context") if scheme == "https" else None
+    server = HttpFakeProvider(tls=tls).start()
+    assert server.url.startswith(f"{scheme}://")
     try:
         provider = OpenAIProvider(server.url, None, "tts-1", ("alloy",), 5.0)
         checks: list[str] = []

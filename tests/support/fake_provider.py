@@ -29,6 +29,7 @@ import argparse
 import hashlib
 import json
 import signal
+import ssl
 import sys
 import threading
 import time
@@ -224,9 +225,12 @@ class FakeProvider:
         host: str = "127.0.0.1",
         port: int = 0,
         api_key: str | None = None,
+        tls: ssl.SSLContext | None = None,
     ) -> None:
         self._state = _State(latency, api_key)
         self._address = (host, port)
+        # With a server context, it answers HTTPS (a real provider's scheme).
+        self._tls = tls
         self._server: _Server | None = None
         self._thread: threading.Thread | None = None
 
@@ -236,6 +240,8 @@ class FakeProvider:
         if self._server is not None:
             return self
         self._server = _Server(self._address, self._state)
+        if self._tls is not None:
+            self._server.socket = self._tls.wrap_socket(self._server.socket, server_side=True)
         self._thread = threading.Thread(
             target=self._server.serve_forever,
             kwargs={"poll_interval": 0.1},
@@ -276,8 +282,9 @@ class FakeProvider:
 
     @property
     def url(self) -> str:
-        """The base URL to give the app: ``http://127.0.0.1:PORT/v1``."""
-        return f"http://127.0.0.1:{self.port}/v1"
+        """The base URL to give the app: ``http://127.0.0.1:PORT/v1`` (``https`` with TLS)."""
+        scheme = "http" if self._tls is None else "https"
+        return f"{scheme}://127.0.0.1:{self.port}/v1"
 
     # -- behaviour ----------------------------------------------------------------------------
     @property
