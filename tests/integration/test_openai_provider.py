@@ -6,6 +6,7 @@ import json
 import threading
 from collections.abc import Iterator
 from email.utils import formatdate
+from typing import Any
 
 import pytest
 import requests
@@ -19,6 +20,7 @@ from speechbatch.providers import (
     build_provider,
     synthesize_with_retries,
 )
+from speechbatch.providers import openai as openai_module
 from speechbatch.providers.openai import OpenAIProvider, parse_retry_after
 
 BASE = "https://tts.example.test/v1/"
@@ -193,24 +195,60 @@ def test_api_key_never_leaks(mocked: responses.RequestsMock) -> None:
         assert KEY not in error.message
 
 
-def test_one_session_per_thread(mocked: responses.RequestsMock) -> None:
+def test_sessions_are_lent_to_one_thread_at_a_time_and_kept_between_runs(
+    mocked: responses.RequestsMock,
+) -> None:
+    """Concurrent calls never share a session (it is not thread-safe); the threads of a
+    later run borrow the sessions, and their connections, that an ended run left."""
+    provider = make()
+    lent: list[int] = []
+    at_once = threading.Barrier(3)
+
+    def answer(request: Any) -> tuple[int, dict[str, str], bytes]:
+        at_once.wait(5)  # all three calls in flight together
+        return 200, {}, AUDIO
+
+    mocked.add_callback(responses.POST, URL, callback=answer)
+    make_session = provider._new_session
+
+    def counted() -> requests.Session:
+        session = make_session()
+        lent.append(id(session))
+        return session
+
+    provider._sessions._make = counted
+
+    def run() -> None:
+        threads = [
+            threading.Thread(target=provider.synthesize, args=("hi", "alloy")) for _ in range(3)
+        ]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+
+    run()
+    assert len(set(lent)) == 3  # three calls at once: three sessions
+    run()
+    assert len(lent) == 3  # the second run's threads borrowed them: none made
+
+
+def test_a_session_idle_too_long_is_replaced(
+    mocked: responses.RequestsMock, monkeypatch: pytest.MonkeyPatch
+) -> None:
     mocked.post(URL, body=AUDIO)
     provider = make()
-    sessions: list[requests.Session] = []
-
-    def work() -> None:
-        provider.synthesize("hi", "alloy")
-        first = provider._session()
-        provider.synthesize("hi", "alloy")
-        assert provider._session() is first
-        sessions.append(first)
-
-    threads = [threading.Thread(target=work) for _ in range(3)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join()
-    assert len({id(s) for s in sessions}) == 3
+    now = [1000.0]
+    monkeypatch.setattr(openai_module.time, "monotonic", lambda: now[0])
+    with provider._sessions.lend() as first:
+        pass
+    now[0] += openai_module.SESSION_MAX_IDLE_SECONDS - 1
+    with provider._sessions.lend() as again:
+        assert again is first
+    now[0] += openai_module.SESSION_MAX_IDLE_SECONDS + 1
+    with provider._sessions.lend() as fresh:
+        assert fresh is not first
+    assert provider.synthesize("hi", "alloy") == AUDIO
 
 
 def test_retries_through_503_then_succeeds(mocked: responses.RequestsMock) -> None:

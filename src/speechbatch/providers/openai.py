@@ -5,7 +5,8 @@ from __future__ import annotations
 import json
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from email.utils import parsedate_to_datetime
 from typing import Any
 
@@ -18,6 +19,9 @@ from urllib3.connectionpool import HTTPConnectionPool, HTTPSConnectionPool
 from .base import PermanentProviderError, RetryableProviderError, check_send_guard
 
 _MAX_MESSAGE = 500
+# A kept session idle longer than this is replaced (see _SessionPool): well under the idle
+# timeouts of common load balancers and NATs (60-350 s).
+SESSION_MAX_IDLE_SECONDS = 30.0
 
 
 def parse_retry_after(value: str | None, now: float | None = None) -> float | None:
@@ -89,16 +93,55 @@ class _GuardedAdapter(HTTPAdapter):
         return super().send(request, *args, **kwargs)
 
 
-class _Local(threading.local):
-    session: requests.Session | None = None
+class _SessionPool:
+    """Sessions lent to one thread at a time, kept (with their open connections) between
+    calls and between runs.
+
+    A run's item threads end with the run; a session per thread died with them, so every
+    run opened its connections (a TLS handshake each, for a real provider) again on its
+    first calls. Lent last-in first-out, so the sessions in use stay the warm ones, and
+    never to two threads at once: a session is not thread-safe. A session idle longer
+    than ``max_idle_seconds`` is closed rather than lent: a connection that a load
+    balancer dropped without a word would swallow the next request until its timeout
+    (urllib3 only notices a connection that the server closed properly).
+    """
+
+    def __init__(self, make: Callable[[], requests.Session], max_idle_seconds: float) -> None:
+        self._make = make
+        self._max_idle = max_idle_seconds
+        self._idle: list[tuple[requests.Session, float]] = []  # (session, given back at)
+        self._lock = threading.Lock()
+
+    def _take(self) -> requests.Session | None:
+        now = time.monotonic()
+        with self._lock:
+            # Oldest first in the list: once the newest is too old, so are all.
+            if self._idle and now - self._idle[-1][1] > self._max_idle:
+                stale, self._idle = self._idle, []
+            else:
+                stale = []
+            session = self._idle.pop()[0] if self._idle else None
+        for old, _ in stale:
+            old.close()
+        return session
+
+    @contextmanager
+    def lend(self) -> Iterator[requests.Session]:
+        """A session of this pool's (a new one when none is idle), back when done."""
+        session = self._take() or self._make()
+        try:
+            yield session
+        finally:
+            with self._lock:
+                self._idle.append((session, time.monotonic()))
 
 
 class OpenAIProvider:
     """One billed HTTP call per ``synthesize``; 429/5xx/timeouts are retryable, other 4xx not.
 
-    Each thread gets its own ``requests.Session`` (sessions are not thread-safe, but
-    keep-alive per thread saves a TLS handshake per item). The API key is never put in
-    a message or repr.
+    Each call borrows a ``requests.Session`` from a pool (sessions are not thread-safe;
+    kept alive, they save a TLS handshake per item and per run). The API key is never
+    put in a message or repr.
     """
 
     name = "openai"
@@ -120,7 +163,7 @@ class OpenAIProvider:
         self.model = model
         self.voices: tuple[str, ...] = tuple(voices)
         self.timeout_seconds = timeout_seconds
-        self._local = _Local()
+        self._sessions = _SessionPool(self._new_session, SESSION_MAX_IDLE_SECONDS)
 
     def __repr__(self) -> str:
         return (
@@ -128,16 +171,13 @@ class OpenAIProvider:
             f"voices={self.voices!r}, timeout_seconds={self.timeout_seconds!r})"
         )
 
-    def _session(self) -> requests.Session:
-        session = self._local.session
-        if session is None:
-            session = requests.Session()
-            adapter = _GuardedAdapter()
-            session.mount("https://", adapter)
-            session.mount("http://", adapter)
-            if self._api_key is not None:
-                session.headers["Authorization"] = f"Bearer {self._api_key}"
-            self._local.session = session
+    def _new_session(self) -> requests.Session:
+        session = requests.Session()
+        adapter = _GuardedAdapter()
+        session.mount("https://", adapter)
+        session.mount("http://", adapter)
+        if self._api_key is not None:
+            session.headers["Authorization"] = f"Bearer {self._api_key}"
         return session
 
     def _scrub(self, message: str) -> str:
@@ -152,7 +192,8 @@ class OpenAIProvider:
             raise PermanentProviderError(f"unknown voice {voice!r} for provider openai")
         body = {"model": self.model, "input": text, "voice": voice, "response_format": "mp3"}
         try:
-            response = self._session().post(self.url, json=body, timeout=self.timeout_seconds)
+            with self._sessions.lend() as session:
+                response = session.post(self.url, json=body, timeout=self.timeout_seconds)
         except requests.Timeout as exc:
             raise RetryableProviderError(
                 self._scrub(f"provider timed out after {self.timeout_seconds:g} s")
