@@ -218,28 +218,30 @@ def test_sessions_are_lent_to_one_thread_at_a_time_and_kept_between_runs(
 
     provider._sessions._make = counted
 
-    def run() -> None:
-        threads = [
-            threading.Thread(target=provider.synthesize, args=("hi", "alloy")) for _ in range(3)
-        ]
+    def run() -> list[bytes]:
+        answers: list[bytes] = []
+
+        def call() -> None:
+            answers.append(provider.synthesize("hi", "alloy"))
+
+        threads = [threading.Thread(target=call) for _ in range(3)]
         for thread in threads:
             thread.start()
         for thread in threads:
             thread.join()
+        return answers
 
-    run()
+    assert run() == [AUDIO] * 3
     assert len(set(lent)) == 3  # three calls at once: three sessions
-    run()
+    assert run() == [AUDIO] * 3
     assert len(lent) == 3  # the second run's threads borrowed them: none made
 
 
-def test_a_session_idle_too_long_is_replaced(
-    mocked: responses.RequestsMock, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_a_session_idle_too_long_is_replaced(mocked: responses.RequestsMock) -> None:
     mocked.post(URL, body=AUDIO)
     provider = make()
     now = [1000.0]
-    monkeypatch.setattr(openai_module.time, "monotonic", lambda: now[0])
+    provider._sessions._clock = lambda: now[0]
     with provider._sessions.lend() as first:
         pass
     now[0] += openai_module.SESSION_MAX_IDLE_SECONDS - 1

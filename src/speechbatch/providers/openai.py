@@ -106,14 +106,20 @@ class _SessionPool:
     (urllib3 only notices a connection that the server closed properly).
     """
 
-    def __init__(self, make: Callable[[], requests.Session], max_idle_seconds: float) -> None:
+    def __init__(
+        self,
+        make: Callable[[], requests.Session],
+        max_idle_seconds: float,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
         self._make = make
         self._max_idle = max_idle_seconds
+        self._clock = clock
         self._idle: list[tuple[requests.Session, float]] = []  # (session, given back at)
         self._lock = threading.Lock()
 
     def _take(self) -> requests.Session | None:
-        now = time.monotonic()
+        now = self._clock()
         with self._lock:
             # Oldest first in the list: once the newest is too old, so are all.
             if self._idle and now - self._idle[-1][1] > self._max_idle:
@@ -133,7 +139,7 @@ class _SessionPool:
             yield session
         finally:
             with self._lock:
-                self._idle.append((session, time.monotonic()))
+                self._idle.append((session, self._clock()))
 
 
 class OpenAIProvider:
