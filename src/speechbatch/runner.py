@@ -788,7 +788,7 @@ class Runner:
 
         def after(finished: FinishedItem) -> None:
             if slot is not None:
-                self.gate.released()
+                self.gate.released(run.job_id)
             if not finished:
                 self.storage.delete(key)
                 raise Fenced()

@@ -10,9 +10,11 @@ of its own. Nothing is held across the call but the slot row's lease, which a de
 process loses by ceasing to heartbeat. A 429 with Retry-After pushes the pace row
 forward, pausing new starts across the deployment.
 
-Waiting polls the database (slots can be freed by any process) but a release in this
-process wakes this process's waiters at once. An item that waits longer than a moment is
-counted on its run's row, so the job's JSON and page can say why it is slow.
+Waiting polls the database (slots can be freed by any process), one thread per job and
+one statement at a time per process; a release in this process wakes one poller that can
+use the slot at once, and rides in the acquire statement that the wake-up starts (see
+``release`` and ``_poll``). An item that waits longer than a moment is counted on its
+run's row, so the job's JSON and page can say why it is slow.
 """
 
 from __future__ import annotations
@@ -22,7 +24,8 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from typing import Protocol, TypeVar
+from dataclasses import dataclass
+from typing import Protocol, TypedDict, TypeVar
 
 from .config import Settings
 from .providers.base import RetryableProviderError, TTSProvider
@@ -46,6 +49,14 @@ class SlotTx(Protocol):
     def __call__(self, work: Callable[[SlotRepository], T]) -> T: ...
 
 
+class _Limits(TypedDict):
+    """The settings every slot statement is given (keyword arguments)."""
+
+    capacity: int
+    worker_dead_seconds: float
+    max_hold_seconds: float
+
+
 class CallNotStarted(Exception):
     """The run began to stop (drain, budget, cancel) while waiting for a slot or the pace."""
 
@@ -57,13 +68,23 @@ class ProviderGate:
         self._tx = tx
         self.settings = settings
         self._worker_id = worker_id
-        self._released = threading.Condition()
         # Per job: held by the one thread of this process that asks the database for a
         # slot for that job, and how many threads of the job are waiting.
         self._heads: dict[int, tuple[threading.Lock, int]] = {}
         self._heads_guard = threading.Lock()
         # Held while this process's one acquire statement is in flight (see _poll).
         self._asking = threading.Lock()
+        # Slots given back while threads of this process wait: the next acquire
+        # transaction releases them (see release). Guarded by _heads_guard.
+        self._deferred: list[SlotGrant] = []
+        # Per job that has waiters, guarded by _wake: its poller (see _poll), how many of
+        # its slots were released, and that count when the job was found holding its
+        # fair share (by a grant or a refusal): its next poller waits for one of its
+        # releases before it asks.
+        self._wake = threading.Lock()
+        self._pollers: dict[int, _Poller] = {}
+        self._job_releases: dict[int, int] = {}
+        self._at_share: dict[int, int] = {}
         self._pause_lock = threading.Lock()
         self._paused_until = 0.0  # time.monotonic() until which starts are paused
         self._pause_checked_at = float("-inf")
@@ -73,18 +94,44 @@ class ProviderGate:
         """A slot held longer than any call lasts lost its release: it counts as free."""
         return self.settings.tts_timeout_seconds + self.settings.worker_dead_seconds + 5.0
 
-    def _acquire_slot(self, slots: SlotRepository, job_id: int, attempt: int) -> SlotGrant | None:
+    def _limits(self) -> _Limits:
+        return {
+            "capacity": self.settings.provider_concurrency,
+            "worker_dead_seconds": self.settings.worker_dead_seconds,
+            "max_hold_seconds": self.max_hold_seconds,
+        }
+
+    def _acquire_slot(
+        self, slots: SlotRepository, job_id: int, attempt: int, handoff: SlotGrant | None = None
+    ) -> SlotGrant | None:
         return slots.acquire_slot(
-            self._worker_id(),
-            job_id,
-            attempt,
-            capacity=self.settings.provider_concurrency,
-            worker_dead_seconds=self.settings.worker_dead_seconds,
-            max_hold_seconds=self.max_hold_seconds,
+            self._worker_id(), job_id, attempt, handoff=handoff, **self._limits()
         )
 
-    def _try_acquire(self, job_id: int, attempt: int) -> SlotGrant | None:
-        return self._tx(lambda slots: self._acquire_slot(slots, job_id, attempt))
+    def _try_acquire(self, job_id: int, attempt: int) -> SlotGrant | Refused:
+        """One acquire transaction; it also gives back the slots released meanwhile (the
+        latest is handed over: the acquire takes it in its own statement), and says why
+        it was refused."""
+        with self._heads_guard:
+            deferred, self._deferred = self._deferred, []
+        handoff = deferred[-1] if deferred else None
+
+        def release_and_acquire(slots: SlotRepository) -> SlotGrant | Refused:
+            if len(deferred) > 1:
+                slots.release_slots(deferred[:-1])
+            grant = self._acquire_slot(slots, job_id, attempt, handoff)
+            if handoff is not None and (grant is None or grant.slot != handoff.slot):
+                slots.release_slots([handoff])
+            if grant is not None:
+                return grant
+            return Refused(over_share=slots.holds_its_share(job_id, **self._limits()))
+
+        try:
+            return self._tx(release_and_acquire)
+        except BaseException:
+            with self._heads_guard:
+                self._deferred.extend(deferred)
+            raise
 
     def try_within(self, slots: SlotRepository, job_id: int, attempt: int) -> SlotGrant | None:
         """One try for a slot inside the caller's transaction (an item's start), so that
@@ -114,28 +161,55 @@ class ProviderGate:
         """
         if self._heads:  # unguarded, as in try_within
             return None
-        return slots.renewal(
-            grant,
-            job_id,
-            capacity=self.settings.provider_concurrency,
-            worker_dead_seconds=self.settings.worker_dead_seconds,
-            max_hold_seconds=self.max_hold_seconds,
-        )
+        return slots.renewal(grant, job_id, **self._limits())
 
-    def release(self, grant: SlotGrant) -> None:
-        """Give the slot back (fenced by its token) and wake this process's waiters."""
+    def release(self, grant: SlotGrant, job_id: int | None = None) -> None:
+        """Give the slot back (fenced by its token) and wake this process's waiters.
+
+        While a thread of this process waits for a slot, the release rides in the
+        acquire transaction that the wake-up starts (``_try_acquire``) instead of one of
+        its own: under contention a call then costs one slot transaction, not two, and
+        an acquire no longer queues behind releases for the database's row or, on SQLite,
+        its one writer. The last waiter to leave gives back what no try took.
+        """
+        with self._heads_guard:
+            deferred = bool(self._heads)
+            if deferred:
+                self._deferred.append(grant)
+        if not deferred:
+            self._release_now([grant])
+        self.released(job_id)
+
+    def _release_now(self, grants: list[SlotGrant]) -> None:
         try:
-            self._tx(lambda slots: slots.release_slot(grant))
+            self._tx(lambda slots: slots.release_slots(grants))
         except Exception:
-            # The slot comes back anyway after max_hold_seconds.
-            log.exception("could not release provider slot %s", grant.slot)
-        self.released()
+            # The slots come back anyway after max_hold_seconds.
+            log.exception("could not release provider slots %s", [g.slot for g in grants])
 
-    def released(self) -> None:
-        """A slot was given back (here or in a caller's committed transaction): wake this
-        process's waiters, every job's poller may ask again."""
-        with self._released:
-            self._released.notify_all()
+    def released(self, job_id: int | None = None) -> None:
+        """A slot (of ``job_id``, if known) was given back, here or in a caller's
+        committed transaction: wake this process's pollers that it may help."""
+        with self._wake:
+            if job_id in self._job_releases:
+                self._job_releases[job_id] += 1
+            for poller in self._pollers.values():
+                if job_id is None or poller.job_id == job_id:
+                    poller.at_share = False  # the job may be under its share now
+            self._wake_one()
+
+    def _wake_one(self, but: _Poller | None = None) -> None:
+        """Wake one poller that may use a slot just freed (with _wake held): the next in
+        turn of those not known to hold their job's share and not woken already. One,
+        not all: the first to ask takes the slot, the others would be refused."""
+        for poller in self._pollers.values():
+            if poller is but or poller.at_share or poller.woken.is_set():
+                continue
+            poller.woken.set()
+            # Round-robin between the jobs: the one woken goes to the end of the line.
+            del self._pollers[poller.job_id]
+            self._pollers[poller.job_id] = poller
+            return
 
     def pause(self, seconds: float) -> None:
         """Pause new starts across the deployment for ``seconds`` (a 429's Retry-After)."""
@@ -215,6 +289,8 @@ class ProviderGate:
         with self._heads_guard:
             head, users = self._heads.get(holder.job_id, (threading.Lock(), 0))
             self._heads[holder.job_id] = (head, users + 1)
+        with self._wake:
+            self._job_releases.setdefault(holder.job_id, 0)
         try:
             while True:
                 holder.keep_fence()
@@ -231,30 +307,101 @@ class ProviderGate:
                 head, users = self._heads[holder.job_id]
                 if users <= 1:
                     del self._heads[holder.job_id]
+                    with self._wake:
+                        self._job_releases.pop(holder.job_id, None)
+                        self._at_share.pop(holder.job_id, None)
                 else:
                     self._heads[holder.job_id] = (head, users - 1)
+                left: list[SlotGrant] = []
+                if not self._heads:
+                    left, self._deferred = self._deferred, []
+            if left:
+                self._release_now(left)
 
     def _poll(self, holder: Holder, waiting: _Waiting) -> SlotGrant:
-        """As the job's poller: ask until granted; a local release wakes it at once."""
+        """As the job's poller: ask until granted.
+
+        A release in this process that may help wakes it at once: any release when no
+        slot was free, only one of the job's own when the job holds its fair share (a
+        slot another job frees would be refused to it again: fifty waiting threads would
+        otherwise ask after every release, and be refused). A job's slots are all held
+        by the process that runs it, so its own releases are seen here; a slot freed by
+        another process, or a share grown because a job ended, is found at the next try,
+        at most MAX_POLL_SECONDS later.
+        """
+        job_id = holder.job_id
+        poller = _Poller(job_id)
+        with self._wake:
+            poller.at_share = self._at_share.get(job_id) == self._job_releases[job_id]
+            self._pollers[job_id] = poller
         delay = 0.005
-        while True:
-            holder.keep_fence()
-            # One acquire statement at a time per process, whichever job asks: the jobs'
-            # pollers would otherwise queue for the database's cores (ten running jobs,
-            # ten statements at once on two cores made each 6x slower). A try takes
-            # about a millisecond, so taking turns costs a poller little.
-            with self._asking:
-                grant = self._try_acquire(holder.job_id, holder.attempt)
-            if grant is not None:
-                return grant
-            # A stop ends only a real wait: a started item whose slot is free is sent
-            # (a graceful stop lets in-flight items finish).
-            if holder.stopping():
-                raise CallNotStarted()
-            waiting.set("slot")
-            with self._released:
-                self._released.wait(delay)
-            delay = min(delay * 2, MAX_POLL_SECONDS)
+        try:
+            if poller.at_share:
+                # The job held its share at its last grant, and none of its slots came
+                # back since: asking now would be refused.
+                waiting.set("slot")
+                poller.woken.wait(MAX_POLL_SECONDS)
+            while True:
+                holder.keep_fence()
+                with self._wake:
+                    releases = self._job_releases[job_id]
+                    poller.woken.clear()
+                # One acquire statement at a time per process, whichever job asks: the
+                # jobs' pollers would otherwise queue for the database's cores (ten running
+                # jobs, ten statements at once on two cores made each 6x slower). A try
+                # takes about a millisecond, so taking turns costs a poller little.
+                with self._asking:
+                    answer = self._try_acquire(job_id, holder.attempt)
+                if isinstance(answer, SlotGrant):
+                    granted, at_share = True, answer.at_share
+                else:
+                    granted, at_share = False, answer.over_share
+                with self._wake:
+                    if at_share:
+                        self._at_share[job_id] = releases
+                    else:
+                        self._at_share.pop(job_id, None)
+                    poller.at_share = at_share and self._job_releases[job_id] == releases
+                    if (granted or poller.at_share) and poller.woken.is_set():
+                        # Woken during the try for a slot this poller will not take.
+                        poller.woken.clear()
+                        self._wake_one(but=poller)
+                if isinstance(answer, SlotGrant):
+                    return answer
+                # A stop ends only a real wait: a started item whose slot is free is sent
+                # (a graceful stop lets in-flight items finish).
+                if holder.stopping():
+                    raise CallNotStarted()
+                waiting.set("slot")
+                if poller.at_share:
+                    poller.woken.wait(MAX_POLL_SECONDS)
+                else:
+                    poller.woken.wait(delay)
+                    delay = min(delay * 2, MAX_POLL_SECONDS)
+        finally:
+            with self._wake:
+                del self._pollers[job_id]
+                if poller.woken.is_set():  # leaving (fenced, stopped) with a wake-up
+                    self._wake_one()
+
+
+class _Poller:
+    """The thread of this process that asks for a slot for one job. ``woken`` is set when
+    a slot it may take was freed; ``at_share`` while its job holds its fair share as far
+    as this process knows (only a release of the job's own slot changes that)."""
+
+    def __init__(self, job_id: int) -> None:
+        self.job_id = job_id
+        self.woken = threading.Event()
+        self.at_share = False
+
+
+@dataclass(frozen=True)
+class Refused:
+    """An acquire that found no slot for the job: ``over_share`` when the job holds its
+    fair share already (only the release of one of its own slots can help it then)."""
+
+    over_share: bool
 
 
 # count_waiting(reason, delta): add delta to the run's count of items waiting for reason.
@@ -336,7 +483,7 @@ class Holder:
         """Give the slot back, if one is held."""
         grant, self._grant, self._paced = self._grant, None, False
         if grant is not None:
-            self._gate.release(grant)
+            self._gate.release(grant, self.job_id)
 
     def forget(self, grant: SlotGrant) -> None:
         """Stop holding ``grant`` without releasing it: a transaction to come does that."""
@@ -347,7 +494,7 @@ class Holder:
         """The caller's committed transaction gave ``grant`` back (the item's finish)."""
         if self._grant == grant:
             self._grant, self._paced = None, False
-        self._gate.released()
+        self._gate.released(self.job_id)
 
     def provider(self, inner: TTSProvider) -> TTSProvider:
         """``inner`` whose failed calls give the slot back at once (429: pause all)."""

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Callable
+from dataclasses import replace
 from typing import Any
 
 from sqlalchemy import func, select
@@ -13,7 +15,8 @@ from speechbatch.db import ago as db_ago
 from speechbatch.models import ProviderSlot
 from speechbatch.repositories import UserRecord
 from speechbatch.repositories.slots import SlotGrant
-from tests.helpers import claim, new_job, set_worker
+from speechbatch.slots import Holder, ProviderGate
+from tests.helpers import claim, new_job, set_worker, wait_for
 
 DEAD = 30.0
 HOLD = 300.0
@@ -264,3 +267,208 @@ def test_slot_rows_are_kept_per_number(svc: Services, admin: UserRecord) -> None
         rows = uow.session.execute(select(func.count()).select_from(ProviderSlot)).scalar_one()
     assert rows == 1
     assert tokens == [1, 2, 3, 4, 5]
+
+
+def test_released_slots_are_given_back_in_one_statement(svc: Services, admin: UserRecord) -> None:
+    worker_id = _worker(svc)
+    job_id, attempt = _running_job(svc, admin)
+    grants = [_acquire(svc, worker_id, job_id, attempt, 3) for _ in range(3)]
+    assert all(grants)
+    stale = grants[0]
+    assert stale is not None and _release(svc, stale)
+    with svc.uow_factory() as uow:
+        # Out of order, and one already released: only the two held under their token win.
+        won = uow.slots.release_slots([g for g in reversed(grants) if g is not None])
+        uow.commit()
+    assert won == 2
+    assert _in_flight(svc) == 0
+
+
+class _Stop(Exception):
+    pass
+
+
+def _gate(svc: Services, worker_id: int, cap: int) -> ProviderGate:
+    settings = replace(svc.settings, provider_concurrency=cap)
+    return ProviderGate(svc.runner._slot_tx, settings, lambda: worker_id)
+
+
+def _waiter(
+    gate: ProviderGate, job: tuple[int, int], keep_fence: Callable[[], None]
+) -> tuple[threading.Thread, list[object]]:
+    """A thread that waits for one of ``gate``'s slots; what it got (a grant or an error)."""
+    got: list[object] = []
+
+    def wait() -> None:
+        holder = Holder(gate, *job, lambda: False, lambda r, d: None, keep_fence)
+        try:
+            holder.acquire()
+            got.append(holder.grant)
+        except BaseException as exc:
+            got.append(exc)
+
+    thread = threading.Thread(target=wait)
+    thread.start()
+    wait_for(lambda: bool(gate._heads))
+    return thread, got
+
+
+def _transactions(gate: ProviderGate) -> list[str]:
+    """The names of the threads that start a slot transaction through ``gate``."""
+    started: list[str] = []
+    tx = gate._tx
+
+    def counting(work: Any) -> Any:
+        started.append(threading.current_thread().name)
+        return tx(work)
+
+    gate._tx = counting
+    return started
+
+
+def test_a_release_while_a_thread_waits_rides_in_its_acquire(
+    svc: Services, admin: UserRecord
+) -> None:
+    """Under contention a call costs one slot transaction: the waiter's acquire gives back
+    the slot that the release freed, and takes it."""
+    worker_id = _worker(svc)
+    job = _running_job(svc, admin)
+    gate = _gate(svc, worker_id, 1)
+    first = Holder(gate, *job, lambda: False, lambda r, d: None, lambda: None)
+    first.acquire()
+    held = first.grant
+    assert held is not None
+    thread, got = _waiter(gate, job, lambda: None)
+    started = _transactions(gate)
+    first.release()
+    thread.join(10)
+    assert threading.current_thread().name not in started  # no transaction of its own
+    assert len(got) == 1 and isinstance(got[0], SlotGrant)
+    assert (got[0].slot, got[0].token) == (held.slot, held.token + 1)
+    assert _in_flight(svc) == 1
+    gate.release(got[0])  # nobody waits now: released at once
+    assert _in_flight(svc) == 0
+
+
+def test_the_last_waiter_to_leave_gives_back_what_no_try_took(
+    svc: Services, admin: UserRecord
+) -> None:
+    """A waiter fenced right after a release was left to its next try never tries: it
+    releases the slot on its way out, so the slot is not lost until its lease ends."""
+    worker_id = _worker(svc)
+    job = _running_job(svc, admin)
+    gate = _gate(svc, worker_id, 1)
+    first = Holder(gate, *job, lambda: False, lambda r, d: None, lambda: None)
+    first.acquire()
+    released = threading.Event()
+
+    def keep_fence() -> None:
+        if released.is_set():
+            raise _Stop()
+
+    thread, got = _waiter(gate, job, keep_fence)
+    released.set()
+    first.release()
+    thread.join(10)
+    assert len(got) == 1 and isinstance(got[0], _Stop)
+    assert gate._heads == {} and gate._deferred == []
+    assert _in_flight(svc) == 0
+
+
+def test_a_grant_says_whether_its_job_now_holds_its_share(svc: Services, admin: UserRecord) -> None:
+    worker_id = _worker(svc)
+    job_id, attempt = _running_job(svc, admin)
+    first, second = (_acquire(svc, worker_id, job_id, attempt, 2) for _ in range(2))
+    assert first is not None and not first.at_share  # one of two
+    assert second is not None and second.at_share
+    other, other_attempt = _running_job(svc, admin)  # two jobs: one slot each
+    assert _release(svc, second)
+    third = _acquire(svc, worker_id, other, other_attempt, 2)
+    assert third is not None and third.at_share
+
+
+def _handed(
+    svc: Services, worker_id: int, job: tuple[int, int], cap: int, handoff: SlotGrant
+) -> SlotGrant | None:
+    with svc.uow_factory() as uow:
+        grant = uow.slots.acquire_slot(
+            worker_id, *job, capacity=cap, worker_dead_seconds=DEAD, max_hold_seconds=HOLD,
+            handoff=handoff,
+        )  # fmt: skip
+        uow.commit()
+    return grant
+
+
+def test_a_handed_over_slot_is_granted_in_the_acquire(svc: Services, admin: UserRecord) -> None:
+    """A slot this process gave back but has not released yet counts as free for the
+    acquire that carries it: it is re-granted under a new token, even with every slot held
+    and to the job that held it, at its share."""
+    worker_id = _worker(svc)
+    big = _running_job(svc, admin)
+    small = _running_job(svc, admin)
+    held = [_acquire(svc, worker_id, *big, 2), _acquire(svc, worker_id, *small, 2)]
+    assert all(held)
+    big_slot = held[0]
+    assert big_slot is not None
+    again = _handed(svc, worker_id, big, 2, big_slot)
+    assert again is not None and (again.slot, again.token) == (big_slot.slot, big_slot.token + 1)
+    assert again.at_share
+    moved = _handed(svc, worker_id, small, 2, again)  # small holds its share: refused
+    assert moved is None
+    assert _in_flight(svc) == 2
+
+
+def test_a_stale_hand_over_takes_nothing(svc: Services, admin: UserRecord) -> None:
+    worker_id = _worker(svc)
+    job = _running_job(svc, admin)
+    old = _acquire(svc, worker_id, *job, 1)
+    assert old is not None and _release(svc, old)
+    current = _acquire(svc, worker_id, *job, 1)  # the number is another grant's now
+    assert current is not None and current.slot == old.slot
+    other = _running_job(svc, admin)
+    assert _handed(svc, worker_id, other, 1, old) is None
+    assert _renew(svc, current, job[0], 1)  # still held under its token
+
+
+def _counting_tries(gate: ProviderGate) -> list[int]:
+    """The jobs for which ``gate`` runs an acquire transaction, in order."""
+    tries: list[int] = []
+    try_acquire = gate._try_acquire
+
+    def counting(job_id: int, attempt: int) -> Any:
+        tries.append(job_id)
+        return try_acquire(job_id, attempt)
+
+    gate._try_acquire = counting  # type: ignore[method-assign]
+    return tries
+
+
+def test_a_release_wakes_one_poller_that_can_use_it(
+    svc: Services, admin: UserRecord, monkeypatch: Any
+) -> None:
+    """Two slots, three running jobs (one slot each): A and B hold theirs, and a thread of
+    A and one of C wait. B's release goes to C, and A, which holds its share, does not
+    ask for it; A's own release then goes to A."""
+    monkeypatch.setattr("speechbatch.slots.MAX_POLL_SECONDS", 30.0)  # wake-ups only
+    worker_id = _worker(svc)
+    a, b, c = (_running_job(svc, admin) for _ in range(3))
+    gate = _gate(svc, worker_id, 2)
+    holders = {}
+    for job in (a, b):
+        holders[job] = Holder(gate, *job, lambda: False, lambda r, d: None, lambda: None)
+        holders[job].acquire()
+    tries = _counting_tries(gate)
+    a_waits, a_got = _waiter(gate, a, lambda: None)
+    c_waits, c_got = _waiter(gate, c, lambda: None)
+    # Each refused once: A as holding its share (it waits for its own release), C as
+    # finding no slot free (it asks again now and then, and at any release).
+    wait_for(lambda: a[0] in tries and c[0] in tries)
+    holders[b].release()
+    c_waits.join(10)
+    assert len(c_got) == 1 and isinstance(c_got[0], SlotGrant)
+    assert tries.count(a[0]) == 1  # A did not ask for B's slot
+    holders[a].release()
+    a_waits.join(10)
+    assert len(a_got) == 1 and isinstance(a_got[0], SlotGrant)
+    assert tries.count(a[0]) == 2
+    assert _in_flight(svc) == 2

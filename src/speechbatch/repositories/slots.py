@@ -20,7 +20,7 @@ Like ``repository.py`` this only builds queries: nothing here commits.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 
 from sqlalchemy import Executable, Integer, column, text
@@ -79,8 +79,19 @@ def _statements(dialect: str) -> dict[str, Executable]:
         f"(:cap + {_greatest(dialect, '1', jobs_running)} - 1) "
         f"/ {_greatest(dialect, '1', jobs_running)}"
     )
-    # Candidate numbers 0 .. cap-1, free ones only, in random order so that concurrent
-    # acquirers rarely pick the same number (a collision costs the loser one retry).
+    # The slot handed over (:hslot under :htoken, released by the acquirer's process and
+    # not yet in the database) counts as free: the acquire re-grants it in its statement.
+    handed = "(s.slot = :hslot AND s.token = :htoken)"
+    held_by_job = (
+        f"(SELECT count(*) FROM provider_slots s WHERE s.job_id = :job "
+        f"AND {_live(dialect, 's')} AND NOT {handed})"
+    )
+    # Whether the job holds its share once granted. RETURNING's subquery sees the new row
+    # on SQLite and the statement's snapshot (without it) on PostgreSQL.
+    granted_count = held_by_job if dialect == "sqlite" else f"({held_by_job} + 1)"
+    # Candidate numbers 0 .. cap-1, free ones only (the handed-over one first), else in
+    # random order so that concurrent acquirers rarely pick the same number (a collision
+    # costs the loser one retry).
     acquire = f"""
         WITH RECURSIVE numbers(n) AS (
             SELECT 0 UNION ALL SELECT n + 1 FROM numbers WHERE n + 1 < :cap
@@ -88,12 +99,11 @@ def _statements(dialect: str) -> dict[str, Executable]:
         INSERT INTO provider_slots (slot, token, worker_id, job_id, attempt, acquired_at)
         SELECT c.n, 1, :worker, :job, :attempt, {now}
         FROM numbers c
-        WHERE c.n NOT IN ({held})
+        WHERE c.n NOT IN ({held} AND NOT {handed})
           AND EXISTS (SELECT 1 FROM jobs j WHERE j.id = :job AND j.attempt = :attempt
                       AND j.status = 'GENERATING')
-          AND (SELECT count(*) FROM provider_slots s WHERE s.job_id = :job
-                 AND {_live(dialect, "s")}) < {share}
-        ORDER BY random()
+          AND {held_by_job} < {share}
+        ORDER BY c.n = :hslot DESC, random()
         LIMIT 1
         ON CONFLICT (slot) DO UPDATE SET
             token = provider_slots.token + 1,
@@ -103,7 +113,8 @@ def _statements(dialect: str) -> dict[str, Executable]:
             acquired_at = excluded.acquired_at,
             released_at = NULL
         WHERE NOT ({_live(dialect, "provider_slots")})
-        RETURNING slot, token
+           OR (provider_slots.slot = :hslot AND provider_slots.token = :htoken)
+        RETURNING slot, token, {granted_count} >= {share} AS at_share
     """
     # Keep a held slot for the same run's next call: only while it is live under this
     # token and the job holds no more than its fair share (this slot included).
@@ -114,11 +125,11 @@ def _statements(dialect: str) -> dict[str, Executable]:
                  AND {_live(dialect, "s")}) <= {share}
         RETURNING slot
     """
-    release = f"""
-        UPDATE provider_slots SET released_at = {now}
-        WHERE slot = :slot AND token = :token AND released_at IS NULL
-        RETURNING slot
-    """
+    release = (
+        f"UPDATE provider_slots SET released_at = {now} "
+        "WHERE slot = :slot AND token = :token AND released_at IS NULL"
+    )
+    holds_share = f"SELECT {held_by_job} >= {share} AS holds"
     in_flight = f"SELECT count(*) FROM ({held}) h"
     # Reserve a start time: at most one interval ahead of the database's clock, so that a
     # waiting thread holds no far-off reservation it might never use. RETURNING sees the
@@ -149,6 +160,7 @@ def _statements(dialect: str) -> dict[str, Executable]:
         # A TextualSelect (its RETURNING column declared) so that it can ride as a CTE.
         "renew": text(renew).columns(column("slot", Integer)),
         "release": text(release),
+        "holds_share": text(holds_share),
         "in_flight": text(in_flight),
         "reserve": text(reserve).columns(starts_at=times["starts_at"], now=times["now"]),
         "pause": text(pause).columns(next_start_at=times["next_start_at"]),
@@ -173,10 +185,12 @@ _CACHE: dict[str, dict[str, Executable]] = {}
 
 @dataclass(frozen=True)
 class SlotGrant:
-    """A slot held: its number and the token that fences its release."""
+    """A slot held: its number and the token that fences its release; ``at_share`` when
+    its job held its fair share with it, as the acquire found (not part of its identity)."""
 
     slot: int
     token: int
+    at_share: bool = field(default=False, compare=False)
 
 
 @dataclass(frozen=True)
@@ -207,6 +221,7 @@ class SlotRepository:
         capacity: int,
         worker_dead_seconds: float,
         max_hold_seconds: float,
+        handoff: SlotGrant | None = None,
     ) -> SlotGrant | None:
         """Compare-and-set: take a free (or dead holder's) slot for this run; None if none.
 
@@ -214,6 +229,10 @@ class SlotRepository:
         when the job already holds its fair share: ceil(capacity / GENERATING jobs).
         A slot held longer than ``max_hold_seconds`` (longer than any call lasts: its
         release was lost) counts as free, like one whose worker is dead.
+        ``handoff`` is a slot the caller's process gave back and has not released yet:
+        it counts as free (if still held under its token) and is granted first, so a
+        release and the acquire it lets in take one statement; when it is not granted,
+        the caller still releases it (``release_slots``).
         """
         row = self.session.execute(
             self._sql["acquire"],
@@ -224,9 +243,13 @@ class SlotRepository:
                 "attempt": attempt,
                 "neg_dead": -float(worker_dead_seconds),
                 "neg_hold": -float(max_hold_seconds),
+                "hslot": -1 if handoff is None else handoff.slot,
+                "htoken": -1 if handoff is None else handoff.token,
             },
         ).first()
-        return None if row is None else SlotGrant(int(row.slot), int(row.token))
+        if row is None:
+            return None
+        return SlotGrant(int(row.slot), int(row.token), bool(row.at_share))
 
     def renewal(
         self,
@@ -258,12 +281,32 @@ class SlotRepository:
             },
         )
 
+    def holds_its_share(
+        self, job_id: int, *, capacity: int, worker_dead_seconds: float, max_hold_seconds: float
+    ) -> bool:
+        """Whether the job holds its fair share of live slots, ceil(capacity / GENERATING
+        jobs): an acquire for it is refused until one of its slots is released (or
+        another job stops running)."""
+        params = {
+            "job": job_id,
+            "cap": int(capacity),
+            "neg_dead": -float(worker_dead_seconds),
+            "neg_hold": -float(max_hold_seconds),
+            "hslot": -1,
+            "htoken": -1,
+        }
+        return bool(self.session.execute(self._sql["holds_share"], params).scalar_one())
+
     def release_slot(self, grant: SlotGrant) -> bool:
         """Compare-and-set: release a slot still held under this grant's token; whether it won."""
-        row = self.session.execute(
-            self._sql["release"], {"slot": grant.slot, "token": grant.token}
-        ).first()
-        return row is not None
+        return self.release_slots([grant]) == 1
+
+    def release_slots(self, grants: list[SlotGrant]) -> int:
+        """Compare-and-set, for each grant: release its slot if still held under its
+        token; how many of them won (one round trip on PostgreSQL)."""
+        params = [{"slot": g.slot, "token": g.token} for g in sorted(grants, key=_by_slot)]
+        # In slot order: two transactions releasing the same rows lock them in one order.
+        return self.session.connection().execute(self._sql["release"], params).rowcount
 
     def slots_in_flight(self, *, worker_dead_seconds: float, max_hold_seconds: float) -> int:
         """How many slots live holders have now."""
@@ -321,6 +364,10 @@ class SlotRepository:
         if row is None:
             return 0, 0
         return max(0, int(row.waiting_for_slot)), max(0, int(row.waiting_for_pace))
+
+
+def _by_slot(grant: SlotGrant) -> int:
+    return grant.slot
 
 
 def _seconds(later: datetime, earlier: datetime) -> float:
