@@ -11,6 +11,12 @@
    until a slot is granted is reported too (it is mostly other holders' time), and so is
    the uncontended acquire's own p99 / p50: the machine's noise floor under that ratio
    (one thread, free slots, nothing else running in the process).
+   A probe then measures what the process itself imposes: a read-only transaction of
+   about an acquire's size (the count of slots in flight: no lock, no writer's turn,
+   nothing the acquirers wait for), timed alone and then every 5 ms from a thread of its
+   own during a second, identical contention (apart from the first, whose figure its
+   load would change). Its p99 there / its p50 alone ("probe ratio") is how much slower
+   any short transaction gets in a process whose 50 threads keep the interpreter busy.
 
 Usage: python bench/slots.py [--items 96] [--latency 0.1] [--repeat 3] [--threads 50]
        [--slots 8] [--hold 5] [--seconds 5] [--no-sqlite]
@@ -49,7 +55,8 @@ from speechbatch.slots import Holder, ProviderGate
 BATCH_TARGET = 0.9
 CONTENTION_TARGET = 3.0
 CONTENTION_HEADER = ["backend", "alone p50 ms", "alone p99/p50", "contended p50",
-                     "contended p99", "ratio", "tries", "grant wait p50/p99 ms", ""]  # fmt: skip
+                     "contended p99", "ratio", "probe ratio", "tries", "grant wait p50/p99 ms",
+                     ""]  # fmt: skip
 
 
 class _Unlimited:
@@ -172,42 +179,68 @@ def contention(backend: str, args: argparse.Namespace) -> dict[str, Any]:
             def holder(job: tuple[int, int]) -> Holder:
                 return Holder(gate, *job, lambda: False, lambda r, d: None, lambda: None)
 
+            def probe() -> float:
+                t0 = time.perf_counter()
+                with services.uow_factory(read_only=True) as uow:
+                    uow.slots.slots_in_flight(
+                        worker_dead_seconds=settings.worker_dead_seconds,
+                        max_hold_seconds=gate.max_hold_seconds,
+                    )
+                return time.perf_counter() - t0
+
             for _ in range(300):
                 one = holder(running[0])
                 one.acquire()
                 one.release()
             alone = list(gate.tries)
             gate.tries.clear()
-
+            probes_alone = [probe() for _ in range(300)]
             waits: list[float] = []
+            probes: list[float] = []
             lock = threading.Lock()
-            stop_at = time.monotonic() + args.seconds
             errors: list[BaseException] = []
 
-            def contender(job: tuple[int, int]) -> None:
-                try:
-                    while time.monotonic() < stop_at:
-                        one = holder(job)
-                        began = time.perf_counter()
-                        one.acquire()
-                        with lock:
-                            waits.append(time.perf_counter() - began)
-                        time.sleep(args.hold / 1000)
-                        one.release()
-                except BaseException as exc:
-                    errors.append(exc)
+            def contend(probing: bool) -> None:
+                """50 threads for the slots during args.seconds (and the probe's thread)."""
+                stop_at = time.monotonic() + args.seconds
 
-            threads = [
-                threading.Thread(target=contender, args=(running[n % args.jobs],))
-                for n in range(args.threads)
-            ]
-            for t in threads:
-                t.start()
-            for t in threads:
-                t.join()
-            if errors:
-                raise errors[0]
+                def contender(job: tuple[int, int]) -> None:
+                    try:
+                        while time.monotonic() < stop_at:
+                            one = holder(job)
+                            began = time.perf_counter()
+                            one.acquire()
+                            if not probing:
+                                with lock:
+                                    waits.append(time.perf_counter() - began)
+                            time.sleep(args.hold / 1000)
+                            one.release()
+                    except BaseException as exc:
+                        errors.append(exc)
+
+                def prober() -> None:
+                    while time.monotonic() < stop_at:
+                        probes.append(probe())
+                        time.sleep(0.005)
+
+                threads = [
+                    threading.Thread(target=contender, args=(running[n % args.jobs],))
+                    for n in range(args.threads)
+                ]
+                if probing:
+                    threads.append(threading.Thread(target=prober))
+                for t in threads:
+                    t.start()
+                for t in threads:
+                    t.join()
+                if errors:
+                    raise errors[0]
+
+            # The figure first, then the same contention again with the probe (its thread
+            # and transactions add load of their own, so it runs apart).
+            contend(probing=False)
             tries = list(gate.tries)
+            contend(probing=True)
         finally:
             runner.drain(5.0)
             services.engine.dispose()
@@ -225,6 +258,10 @@ def contention(backend: str, args: argparse.Namespace) -> dict[str, Any]:
         "wait_to_grant_p99_ms": percentile(waits, 99) * 1000,
         "ratio_p99_to_uncontended": p99 / alone_p50,
         "pass": p99 / alone_p50 <= CONTENTION_TARGET,
+        "probe_alone_p50_ms": median(probes_alone) * 1000,
+        "probe_contended_p99_ms": percentile(probes, 99) * 1000,
+        "probe_ratio": percentile(probes, 99) / median(probes_alone),
+        "probes": len(probes),
     }
 
 
@@ -274,6 +311,7 @@ def main() -> None:
                 c["contended_p50_ms"],
                 c["contended_p99_ms"],
                 c["ratio_p99_to_uncontended"],
+                c["probe_ratio"],
                 c["contended_tries"],
                 f"{c['wait_to_grant_p50_ms']:.1f}/{c['wait_to_grant_p99_ms']:.1f}",
                 verdict(c["pass"]),
