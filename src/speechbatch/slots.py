@@ -116,22 +116,33 @@ class ProviderGate:
             deferred, self._deferred = self._deferred, []
         handoff = deferred[-1] if deferred else None
 
+        freed = False
+
         def release_and_acquire(slots: SlotRepository) -> SlotGrant | Refused:
+            nonlocal freed
+            freed = False  # (a retried transaction starts over)
             if len(deferred) > 1:
                 slots.release_slots(deferred[:-1])
             grant = self._acquire_slot(slots, job_id, attempt, handoff)
             if handoff is not None and (grant is None or grant.slot != handoff.slot):
                 slots.release_slots([handoff])
+                freed = True
             if grant is not None:
                 return grant
             return Refused(over_share=slots.holds_its_share(job_id, **self._limits()))
 
         try:
-            return self._tx(release_and_acquire)
+            answer = self._tx(release_and_acquire)
         except BaseException:
             with self._heads_guard:
                 self._deferred.extend(deferred)
             raise
+        if freed:
+            # The slot handed over is free now, and this job did not take it: the wake-up
+            # it came with goes to another job's poller.
+            with self._wake:
+                self._wake_one(but=self._pollers.get(job_id))
+        return answer
 
     def try_within(self, slots: SlotRepository, job_id: int, attempt: int) -> SlotGrant | None:
         """One try for a slot inside the caller's transaction (an item's start), so that

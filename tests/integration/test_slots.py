@@ -10,6 +10,7 @@ from typing import Any
 
 from sqlalchemy import func, select
 
+from speechbatch import slots as slots_module
 from speechbatch.app import Services
 from speechbatch.db import ago as db_ago
 from speechbatch.models import ProviderSlot
@@ -472,3 +473,69 @@ def test_a_release_wakes_one_poller_that_can_use_it(
     assert len(a_got) == 1 and isinstance(a_got[0], SlotGrant)
     assert tries.count(a[0]) == 2
     assert _in_flight(svc) == 2
+
+
+def test_many_waiters_of_many_jobs_all_get_their_turns_with_no_lost_wake_up(
+    svc: Services, admin: UserRecord, monkeypatch: Any
+) -> None:
+    """20 threads of 5 jobs share 3 slots through one gate, each taking a slot 5 times.
+    With the periodic retry pushed out to 30 s, only wake-ups move the waiters: a lost
+    one would stall the test. The cap holds throughout, and nothing is left behind."""
+    monkeypatch.setattr("speechbatch.slots.MAX_POLL_SECONDS", 30.0)
+    worker_id = _worker(svc)
+    jobs = [_running_job(svc, admin) for _ in range(5)]
+    gate = _gate(svc, worker_id, 3)
+    lock = threading.Lock()
+    holding = peak = granted = 0
+    errors: list[BaseException] = []
+
+    def contender(n: int) -> None:
+        nonlocal holding, peak, granted
+        try:
+            for k in range(5):
+                holder = Holder(gate, *jobs[n % 5], lambda: False, lambda r, d: None, lambda: None)
+                holder.acquire()
+                with lock:
+                    holding += 1
+                    granted += 1
+                    peak = max(peak, holding)
+                time.sleep(0.001 * ((n + k) % 4))
+                with lock:
+                    holding -= 1
+                holder.release()
+        except BaseException as exc:
+            errors.append(exc)
+
+    threads = [threading.Thread(target=contender, args=(n,)) for n in range(20)]
+    started = time.monotonic()
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    assert errors == []
+    assert granted == 100
+    assert time.monotonic() - started < 25  # no thread waited for the 30 s retry
+    assert 1 <= peak <= 3
+    assert gate._heads == {} and gate._deferred == [] and gate._pollers == {}
+    assert _in_flight(svc) == 0
+
+
+def test_a_hand_over_the_woken_job_cannot_take_wakes_another(
+    svc: Services, admin: UserRecord
+) -> None:
+    """C's poller was woken for B's slot, but C holds its share already (its slot taken
+    where this process did not see it): the slot is released in C's try, and the wake-up
+    goes to D's poller, which can take it, instead of waiting for D's next retry."""
+    here, elsewhere = _worker(svc), _worker(svc)
+    b, c, d = (_running_job(svc, admin) for _ in range(3))
+    gate = _gate(svc, here, 2)  # three jobs: one slot each, and both slots held
+    b_slot = _acquire(svc, here, *b, 2)
+    assert b_slot is not None and _acquire(svc, elsewhere, *c, 2) is not None
+    c_poller, d_poller = slots_module._Poller(c[0]), slots_module._Poller(d[0])
+    gate._pollers.update({c[0]: c_poller, d[0]: d_poller})
+    gate._deferred.append(b_slot)  # B gave its slot back while C and D wait
+    answer = gate._try_acquire(*c)
+    assert isinstance(answer, slots_module.Refused) and answer.over_share
+    assert d_poller.woken.is_set() and not c_poller.woken.is_set()
+    assert _in_flight(svc) == 1  # B's slot is free for D
+    assert gate._try_acquire(*d) == SlotGrant(b_slot.slot, b_slot.token + 1)
