@@ -363,20 +363,7 @@ class ProviderGate:
                 # takes about a millisecond, so taking turns costs a poller little.
                 with self._asking:
                     answer = self._try_acquire(job_id, holder.attempt)
-                if isinstance(answer, SlotGrant):
-                    granted, at_share = True, answer.at_share
-                else:
-                    granted, at_share = False, answer.over_share
-                with self._wake:
-                    if at_share:
-                        self._at_share[job_id] = releases
-                    else:
-                        self._at_share.pop(job_id, None)
-                    poller.at_share = at_share and self._job_releases[job_id] == releases
-                    if (granted or poller.at_share) and poller.woken.is_set():
-                        # Woken during the try for a slot this poller will not take.
-                        poller.woken.clear()
-                        self._wake_one(but=poller)
+                self._note_try(poller, answer, releases)
                 if isinstance(answer, SlotGrant):
                     return answer
                 # A stop ends only a real wait: a started item whose slot is free is sent
@@ -394,6 +381,23 @@ class ProviderGate:
                 del self._pollers[job_id]
                 if poller.woken.is_set():  # leaving (fenced, stopped) with a wake-up
                     self._wake_one()
+
+    def _note_try(self, poller: _Poller, answer: SlotGrant | Refused, releases: int) -> None:
+        """Remember whether the poller's job holds its share after a try (``releases``:
+        the job's count of releases when the try began), and pass on a wake-up that came
+        during the try for a slot this poller will not take."""
+        granted = isinstance(answer, SlotGrant)
+        at_share = answer.at_share if isinstance(answer, SlotGrant) else answer.over_share
+        with self._wake:
+            if at_share:
+                self._at_share[poller.job_id] = releases
+            else:
+                self._at_share.pop(poller.job_id, None)
+            # A release of the job's own during the try: it may be under its share now.
+            poller.at_share = at_share and self._job_releases[poller.job_id] == releases
+            if (granted or poller.at_share) and poller.woken.is_set():
+                poller.woken.clear()
+                self._wake_one(but=poller)
 
 
 class _Poller:
