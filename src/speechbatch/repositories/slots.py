@@ -237,14 +237,10 @@ class SlotRepository:
         row = self.session.execute(
             self._sql["acquire"],
             {
-                "cap": int(capacity),
+                **_share_params(job_id, capacity, worker_dead_seconds, max_hold_seconds),
+                **_handed_params(handoff),
                 "worker": worker_id,
-                "job": job_id,
                 "attempt": attempt,
-                "neg_dead": -float(worker_dead_seconds),
-                "neg_hold": -float(max_hold_seconds),
-                "hslot": -1 if handoff is None else handoff.slot,
-                "htoken": -1 if handoff is None else handoff.token,
             },
         ).first()
         if row is None:
@@ -272,12 +268,9 @@ class SlotRepository:
         return Rider(
             statement,
             {
+                **_share_params(job_id, capacity, worker_dead_seconds, max_hold_seconds),
                 "slot": grant.slot,
                 "token": grant.token,
-                "job": job_id,
-                "cap": int(capacity),
-                "neg_dead": -float(worker_dead_seconds),
-                "neg_hold": -float(max_hold_seconds),
             },
         )
 
@@ -288,12 +281,8 @@ class SlotRepository:
         jobs): an acquire for it is refused until one of its slots is released (or
         another job stops running)."""
         params = {
-            "job": job_id,
-            "cap": int(capacity),
-            "neg_dead": -float(worker_dead_seconds),
-            "neg_hold": -float(max_hold_seconds),
-            "hslot": -1,
-            "htoken": -1,
+            **_share_params(job_id, capacity, worker_dead_seconds, max_hold_seconds),
+            **_handed_params(None),
         }
         return bool(self.session.execute(self._sql["holds_share"], params).scalar_one())
 
@@ -364,6 +353,25 @@ class SlotRepository:
         if row is None:
             return 0, 0
         return max(0, int(row.waiting_for_slot)), max(0, int(row.waiting_for_pace))
+
+
+def _share_params(
+    job_id: int, capacity: int, worker_dead_seconds: float, max_hold_seconds: float
+) -> dict[str, int | float]:
+    """The parameters of a job's fair share and of what counts as a live slot."""
+    return {
+        "job": job_id,
+        "cap": int(capacity),
+        "neg_dead": -float(worker_dead_seconds),
+        "neg_hold": -float(max_hold_seconds),
+    }
+
+
+def _handed_params(handoff: SlotGrant | None) -> dict[str, int]:
+    """The slot handed over to an acquire (none: numbers no slot has)."""
+    if handoff is None:
+        return {"hslot": -1, "htoken": -1}
+    return {"hslot": handoff.slot, "htoken": handoff.token}
 
 
 def _by_slot(grant: SlotGrant) -> int:
