@@ -144,16 +144,19 @@ class JobsRepository:
             "p_kind": kind or ("regenerate" if regenerate else "generate"),
             "p_expected": expected_attempt,
         }
-        if self.session.get_bind().dialect.name == "postgresql":
+        # Core statements on the session's connection: the ORM's execute path (its
+        # compile-state lookups and events) has nothing to do for them.
+        connection = self.session.connection()
+        if connection.dialect.name == "postgresql":
             # One round trip: the claim (and a regenerate's reset) and the run row.
-            attempt = self.session.execute(statements["pg"], params).scalar_one_or_none()
+            attempt = connection.execute(statements["pg"], params).scalar_one_or_none()
             return None if attempt is None else int(attempt)
-        attempt = self.session.execute(statements["claim"], params).scalar_one_or_none()
+        attempt = connection.execute(statements["claim"], params).scalar_one_or_none()
         if attempt is None:
             return None
         if regenerate:
-            self.session.execute(statements["reset"], params)
-        self.session.execute(statements["run"], {**params, "p_attempt": attempt})
+            connection.execute(statements["reset"], params)
+        connection.execute(statements["run"], {**params, "p_attempt": attempt})
         return int(attempt)
 
     def claim_refusal(self, job_id: int, organization_id: int) -> str:
