@@ -191,11 +191,20 @@ def make_engine(url: str, *, pool: bool = True, statement_reads: bool = False) -
         options += " -c default_transaction_read_only=on"
         kwargs["isolation_level"] = "AUTOCOMMIT"
     kwargs["connect_args"] = {"options": options}
+    if pool:
+        # A fixed set of statements on long-lived connections: each is prepared (parsed
+        # and planned once per connection) the first time it runs there, not after
+        # psycopg's default of five runs, a count that the pool spread over its
+        # connections so that a run's statements were parsed anew nearly every time.
+        # The pool lends the connection given back last (LIFO), whose statements are
+        # prepared, and lets the others idle.
+        kwargs["connect_args"]["prepare_threshold"] = 0
+        kwargs.update(pool_timeout=10, pool_use_lifo=True)
     if pool and statement_reads:
         # Only request threads read through it (the runner's transactions do not).
-        kwargs.update(pool_size=4, max_overflow=8, pool_timeout=10)
+        kwargs.update(pool_size=4, max_overflow=8)
     elif pool:
-        kwargs.update(pool_size=10, max_overflow=20, pool_timeout=10)
+        kwargs.update(pool_size=10, max_overflow=20)
     else:
         kwargs["poolclass"] = NullPool
     engine = create_engine(url, **kwargs)

@@ -114,9 +114,13 @@ class _Unit:
         tb: TracebackType | None,
     ) -> None:
         try:
-            self.session.rollback()
+            self._end(succeeded=exc_type is None)
         finally:
             self.session.close()
+
+    def _end(self, succeeded: bool) -> None:
+        """End the transaction: a unit that did not commit throws its work away."""
+        self.session.rollback()
 
 
 class Reader(_Unit):
@@ -128,6 +132,16 @@ class Reader(_Unit):
     def __enter__(self) -> Reader:
         self._open(**{READ_ONLY: True, "postgresql_readonly": True})
         return self
+
+    def _end(self, succeeded: bool) -> None:
+        # A read-only transaction that went well ends with COMMIT, which keeps nothing
+        # that ROLLBACK would not: psycopg answers every ROLLBACK by deallocating all of
+        # the connection's prepared statements (DEALLOCATE ALL, one more round trip),
+        # which the run's statements on that pooled connection then parse and plan again.
+        if succeeded:
+            self.session.commit()
+        else:
+            self.session.rollback()
 
 
 class StatementReader(_Unit):

@@ -1,9 +1,12 @@
-"""The PostgreSQL pool pings a connection at checkout only after it sat idle.
+"""The PostgreSQL pool: pings, the connection it lends, prepared statements.
 
 A ping per checkout was a round trip in each of a run's short transactions; a connection
 used a moment ago is not pinged, one idle longer than PING_AFTER_IDLE_SECONDS is, and a
 connection the database dropped while it was idle is replaced without an error.
-(PostgreSQL only: SQLite connections are files, there is nothing to ping.)
+The pool lends the connection given back last, a statement is prepared the first time
+it runs on a connection, and a read (which ends with COMMIT) leaves the connection's
+prepared statements in place (psycopg deallocates them all at a ROLLBACK).
+(PostgreSQL only: SQLite connections are files, there is nothing to ping or prepare.)
 """
 
 from __future__ import annotations
@@ -16,6 +19,8 @@ import pytest
 from sqlalchemy import Engine, text
 
 from speechbatch import db
+from speechbatch.db import make_session_factory
+from speechbatch.uow import SessionUowFactory
 
 
 @pytest.fixture
@@ -78,3 +83,58 @@ def test_a_connection_dropped_while_idle_is_replaced(
     # No error: the ping found the connection dead and the pool connected afresh.
     assert _backend_pid(engine) != dropped
     assert len(pings) == 1
+
+
+@pytest.mark.parametrize("backend", ["postgresql"])
+def test_the_pool_lends_the_connection_given_back_last(engine: Engine) -> None:
+    with engine.connect() as first, engine.connect() as second:
+        pids = [_backend_pid_of(c) for c in (first, second)]
+    # ``second`` was closed (given back) first, ``first`` last: that one is lent again,
+    # where a first-in-first-out pool would lend ``second``.
+    assert _backend_pid(engine) == pids[0]
+    assert _backend_pid(engine) == pids[0]
+
+
+def _backend_pid_of(connection: Any) -> int:
+    return int(connection.execute(text("SELECT pg_backend_pid()")).scalar_one())
+
+
+_MARK = "SELECT 41 + :n AS prepared_once"
+
+
+def _prepared(connection: Any) -> int:
+    return int(
+        connection.execute(
+            text("SELECT count(*) FROM pg_prepared_statements WHERE statement LIKE :s"),
+            {"s": "%prepared_once%"},
+        ).scalar_one()
+    )
+
+
+@pytest.mark.parametrize("backend", ["postgresql"])
+def test_a_statement_is_prepared_the_first_time_it_runs(engine: Engine) -> None:
+    with engine.connect() as connection:
+        assert _prepared(connection) == 0
+        assert connection.execute(text(_MARK), {"n": 1}).scalar_one() == 42
+        assert _prepared(connection) == 1
+
+
+@pytest.mark.parametrize("backend", ["postgresql"])
+def test_a_read_keeps_the_connections_prepared_statements(database_url: str) -> None:
+    """A reader ends its read-only transaction with COMMIT: a ROLLBACK would make psycopg
+    deallocate every statement prepared on the connection (the runner's among them)."""
+    engine = db.make_engine(database_url)
+    uow_factory = SessionUowFactory(make_session_factory(engine))
+    try:
+        with uow_factory() as writer:
+            pid = _backend_pid_of(writer.session)
+            writer.session.execute(text(_MARK), {"n": 1})
+            writer.commit()
+        with uow_factory(read_only=True) as reader:
+            assert _backend_pid_of(reader.session) == pid  # the same connection (LIFO)
+            assert _prepared(reader.session) == 1
+        with uow_factory(read_only=True) as reader:
+            assert _backend_pid_of(reader.session) == pid
+            assert _prepared(reader.session) == 1  # still there after the first read
+    finally:
+        engine.dispose()
