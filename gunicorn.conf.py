@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import signal
 import sys
 from typing import Any
@@ -36,6 +37,11 @@ def post_worker_init(worker: Any) -> None:
             previous(signum, frame)
 
     signal.signal(signal.SIGTERM, on_term)
+    # The app is loaded: its ~100,000 objects (modules, the Flask app, SQLAlchemy's
+    # tables) live as long as the process. Frozen, a full collection no longer walks
+    # them: it took 60-70 ms, a pause of every thread, runs and requests alike.
+    gc.collect()
+    gc.freeze()
 
 
 def worker_exit(server: Any, worker: Any) -> None:
