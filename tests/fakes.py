@@ -20,6 +20,7 @@ from speechbatch.providers.base import (
 from speechbatch.read import ItemsPage, JobHead, JobPoll, ListStamp
 from speechbatch.repositories import Runs, SignIns, StaleJob, Tokens, UserRecord
 from speechbatch.repositories.resume import Resumes
+from speechbatch.repositories.slots import SlotReads
 from speechbatch.repositories.spending import Usage
 
 
@@ -298,6 +299,7 @@ class FakeUnitOfWork:
     sign_ins: SignIns
     resume: Resumes
     runs: Runs
+    slots: SlotReads
 
     def __init__(self, repo: FakeRepository) -> None:
         self.repo = repo

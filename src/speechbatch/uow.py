@@ -37,7 +37,7 @@ from .repositories import (
     WorkersRepository,
 )
 from .repositories.resume import ResumeRepository, Resumes
-from .repositories.slots import SlotRepository
+from .repositories.slots import SlotReads, SlotRepository
 from .repositories.spending import Spending, SpendingRepository
 
 
@@ -61,6 +61,8 @@ class ReadUnit(Protocol):
     def tokens(self) -> Tokens: ...
     @property
     def resume(self) -> Resumes: ...
+    @property
+    def slots(self) -> SlotReads: ...
 
     def __enter__(self) -> Self: ...
     def __exit__(

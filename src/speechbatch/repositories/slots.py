@@ -22,6 +22,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from datetime import datetime
+from typing import Protocol
 
 from sqlalchemy import Executable, Integer, column, text
 from sqlalchemy.orm import Session
@@ -200,6 +201,13 @@ class PaceAnswer:
 
     wait_seconds: float | None
     paused_for_seconds: float = 0.0
+
+
+class SlotReads(Protocol):
+    """What a reader may ask of the slots: how many are held, how long starts pause."""
+
+    def slots_in_flight(self, *, worker_dead_seconds: float, max_hold_seconds: float) -> int: ...
+    def paused_for(self) -> float: ...
 
 
 class SlotRepository:
