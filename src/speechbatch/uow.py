@@ -1,10 +1,13 @@
 """Units of work: a reader that cannot write and a writer that commits.
 
-Each owns one session and its transaction and rolls back at the end unless (writer
-only) ``commit()`` was called. The reader is enforced by the database: PostgreSQL
-runs its transaction READ ONLY (psycopg begins it with ``BEGIN READ ONLY``), SQLite
-runs it under ``PRAGMA query_only`` (set at BEGIN whenever it changes, so a pooled
-connection never carries it into a writer). Both expose one small repository per concept.
+Each owns one session and its transaction. A writer rolls back at the end unless
+``commit()`` was called; a reader that ended well commits its read-only transaction
+(nothing to keep, but psycopg answers a ROLLBACK by deallocating the connection's
+prepared statements), one that raised rolls back. The reader is enforced by the
+database: PostgreSQL runs its transaction READ ONLY (psycopg begins it with ``BEGIN READ
+ONLY``), SQLite runs it under ``PRAGMA query_only`` (set at BEGIN whenever it changes, so
+a pooled connection never carries it into a writer). Both expose one small repository per
+concept.
 
 A statement reader serves a read of ONE statement (the common poll) without the BEGIN
 round trip: its engine runs in autocommit (one statement is one snapshot) and its
