@@ -39,7 +39,7 @@ def post_worker_init(worker: Any) -> None:
     signal.signal(signal.SIGTERM, on_term)
     # The app is loaded: its ~100,000 objects (modules, the Flask app, SQLAlchemy's
     # tables) live as long as the process. Frozen, a full collection no longer walks
-    # them: it took 60-70 ms, a pause of every thread, runs and requests alike.
+    # them: it took 60-90 ms, a pause of every thread, runs and requests alike.
     gc.collect()
     gc.freeze()
 
