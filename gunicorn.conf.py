@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import gc
+import os
 import signal
 import sys
 from typing import Any
@@ -42,6 +43,8 @@ def post_worker_init(worker: Any) -> None:
     # them: it took 60-90 ms, a pause of every thread, runs and requests alike.
     gc.collect()
     gc.freeze()
+    # From here on this worker accepts requests (the tests wait for every worker's line).
+    worker.log.info("speechbatch worker ready (pid: %s)", os.getpid())
 
 
 def worker_exit(server: Any, worker: Any) -> None:

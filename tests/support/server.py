@@ -42,6 +42,8 @@ REPO_ROOT = Path(__file__).resolve().parents[2]
 # The quick start's lines that people and tests read the demo admin and token from.
 SIGN_IN_LINE = re.compile(r"^\s*sign in\s*:\s*(\S+)\s*/\s*(\S+)\s*$", re.MULTILINE)
 API_TOKEN_LINE = re.compile(r"^\s*API token\s*:\s*(\S+)\s*$", re.MULTILINE)
+# What gunicorn.conf.py's post_worker_init logs once a worker has loaded the app.
+READY_LINE = re.compile(r"speechbatch worker ready \(pid: (\d+)\)")
 VENV_BIN = REPO_ROOT / ".venv" / "bin"
 PG_ADMIN_DSN = os.environ.get(
     "SPEECHBATCH_TEST_PG_DSN", "postgresql://postgres@127.0.0.1:5432/postgres"
@@ -397,10 +399,13 @@ class GunicornServer:
         )
         try:
             self.wait_healthy(timeout)
+            # Every worker ready, not only forked: healthz answered from the first one up,
+            # and a test that needs both workers to answer must not start while the
+            # second still loads the app.
             wait_until(
-                lambda: len(self.worker_pids()) >= self.workers,
+                lambda: len(self.ready_workers()) >= self.workers,
                 timeout,
-                what=f"{self.name}: {self.workers} workers forked",
+                what=f"{self.name}: {self.workers} workers ready",
             )
         except BaseException:
             log = self.log_text()
@@ -482,6 +487,12 @@ class GunicornServer:
         self.stop(graceful=False)
 
     # -- processes and signals ----------------------------------------------------------------
+    def ready_workers(self) -> set[int]:
+        """The live workers that have said they are ready (gunicorn.conf.py's
+        post_worker_init logs it once the app is loaded)."""
+        said = {int(pid) for pid in READY_LINE.findall(self.log_text(2_000_000))}
+        return said & set(self.worker_pids())
+
     def worker_pids(self) -> list[int]:
         """The live worker processes (children of the master)."""
         if self.proc is None:

@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import gc
 import importlib.util
+import logging
+import os
 import signal
 from pathlib import Path
-from types import ModuleType
+from types import ModuleType, SimpleNamespace
 from typing import Any
 
 import pytest
@@ -24,17 +26,24 @@ def _gunicorn_conf() -> ModuleType:
     return module
 
 
+def _worker() -> SimpleNamespace:
+    """What the hook uses of gunicorn's worker: its logger."""
+    return SimpleNamespace(log=logging.getLogger("gunicorn.error"))
+
+
 def test_the_worker_freezes_what_it_loaded_so_that_full_collections_skip_it(
-    monkeypatch: pytest.MonkeyPatch,
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
     """The loaded app's objects leave the collector's generations: a full collection, a
-    pause of every thread of the worker, no longer walks them."""
+    pause of every thread of the worker, no longer walks them. Then the worker says it
+    is ready (the process tests wait for that line from every worker)."""
     started: list[bool] = []
     monkeypatch.setattr(runner, "start_background_all", lambda: started.append(True))
     previous = signal.getsignal(signal.SIGTERM)
     gc.unfreeze()
+    caplog.set_level(logging.INFO, logger="gunicorn.error")
     try:
-        _gunicorn_conf().post_worker_init(object())
+        _gunicorn_conf().post_worker_init(_worker())
         frozen = gc.get_freeze_count()
     finally:
         gc.unfreeze()
@@ -42,6 +51,7 @@ def test_the_worker_freezes_what_it_loaded_so_that_full_collections_skip_it(
     assert started == [True]
     # This process's modules, pytest's and ours (tens of thousands of objects).
     assert frozen > 10_000
+    assert f"speechbatch worker ready (pid: {os.getpid()})" in caplog.messages
 
 
 def test_sigterm_in_the_worker_stops_starting_items_at_once(
@@ -53,7 +63,7 @@ def test_sigterm_in_the_worker_stops_starting_items_at_once(
     monkeypatch.setattr(runner, "stop_starting_items", lambda: stopped.append(True))
     previous = signal.signal(signal.SIGTERM, lambda signum, frame: seen.append(signum))
     try:
-        _gunicorn_conf().post_worker_init(object())
+        _gunicorn_conf().post_worker_init(_worker())
         handler = signal.getsignal(signal.SIGTERM)
         assert callable(handler)
         handler(signal.SIGTERM, None)
