@@ -500,12 +500,14 @@ class GunicornServer:
         return child_pids(self.proc.pid)
 
     def wait_for_workers(self, exclude: set[int] | None = None, timeout: float = 20.0) -> list[int]:
-        """Wait until ``workers`` live workers exist, none of them in ``exclude``."""
+        """Wait until ``workers`` live workers are ready (as in ``start``), none of them
+        in ``exclude``: a respawned worker is forked long before it has loaded the app."""
         old = exclude or set()
 
         def fresh() -> list[int]:
             pids = self.worker_pids()
-            return pids if len(pids) >= self.workers and not old & set(pids) else []
+            ready = len(self.ready_workers() - old) >= self.workers
+            return pids if ready and len(pids) >= self.workers and not old & set(pids) else []
 
         return wait_until(fresh, timeout, what=f"{self.name}: fresh workers")
 
