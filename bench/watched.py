@@ -92,13 +92,18 @@ def one_job(app: App, texts: list[str], watched: bool) -> dict[str, Any]:
     return out
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--rounds", type=int, default=3)
+def job_arguments(description: str, rounds: int) -> argparse.ArgumentParser:
+    """The options of a watched job's shape (this script's and bench/lanes.py's)."""
+    parser = argparse.ArgumentParser(description=description)
+    parser.add_argument("--rounds", type=int, default=rounds)
     parser.add_argument("--items", type=int, default=96)
     parser.add_argument("--latency", type=float, default=0.1)
     parser.add_argument("--concurrency", type=int, default=8)
-    args = parser.parse_args()
+    return parser
+
+
+def main() -> None:
+    args = job_arguments(__doc__.splitlines()[0], rounds=3).parse_args()
     logging.disable(logging.INFO)
     ideal = args.items * args.latency / args.concurrency
     runs: dict[str, list[dict[str, Any]]] = {"unwatched": [], "watched": []}
