@@ -119,10 +119,10 @@ def contention(url: str, org: int, job_id: int, trials: int, clicks: int) -> dic
         t.join()
     winners = [sum(1 for a in r if a is not None) for r in results]
     with Writer(session_factory) as uow:
-        attempt = uow.session.execute(
+        attempt: int = uow.session.execute(
             text("SELECT attempt FROM jobs WHERE id = :id"), {"id": job_id}
         ).scalar_one()
-        run_rows = uow.session.execute(
+        run_rows: int = uow.session.execute(
             text("SELECT count(*) FROM runs WHERE job_id = :id"), {"id": job_id}
         ).scalar_one()
     engine.dispose()

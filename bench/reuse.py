@@ -36,6 +36,7 @@ from _common import (
 )
 from sqlalchemy import insert, text
 from statements import Counters
+from tests.helpers import concrete
 
 from speechbatch import create_app
 from speechbatch import services as svc
@@ -50,7 +51,7 @@ ROWS_PER_JOB = 5000
 
 def store_audio(services: Services, org: int, start: int, count: int) -> None:
     """Insert ``count`` DONE items with distinct fingerprints (in jobs of 5,000)."""
-    with services.uow_factory() as uow:
+    with concrete(services.uow_factory)() as uow:
         for first in range(start, start + count, ROWS_PER_JOB):
             n = min(ROWS_PER_JOB, start + count - first)
             job_id = uow.session.execute(
@@ -108,16 +109,18 @@ def time_lookups(
     """Seconds per start-with-lookup transaction (rolled back), hits and misses alternating."""
     rng = random.Random(7)
     seconds = []
+    uow_factory = concrete(services.uow_factory)
     for k in range(n):
         hit = k % 2 == 0
         key = str(rng.randrange(stored)) if hit else f"missing {k}"
         fp = hashlib.sha256(key.encode()).hexdigest()
         item_id = item_ids[k % len(item_ids)]
         t0 = time.perf_counter()
-        with services.uow_factory() as uow:
+        with uow_factory() as uow:
             started = uow.runs.start_item(job_id, 1, item_id, reuse_fingerprint=fp)
             assert started is not None and (started.reusable_item_id is not None) == hit
             if hit:
+                assert started.reusable_item_id is not None
                 assert uow.runs.reuse_audio(job_id, 1, item_id, started.reusable_item_id, fp)
             uow.rollback()
         seconds.append(time.perf_counter() - t0)

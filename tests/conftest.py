@@ -192,7 +192,7 @@ def close_services(svc: Services) -> None:
 
 def services(app: Flask) -> Services:
     """The app's services."""
-    return app.extensions["speechbatch"]  # type: ignore[no-any-return]
+    return app.extensions["speechbatch"]
 
 
 @pytest.fixture

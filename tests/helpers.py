@@ -14,9 +14,25 @@ from speechbatch.app import Services
 from speechbatch.models import Item, Job, Worker
 from speechbatch.repositories import UserRecord
 from speechbatch.services import Limits, create_admin, create_job
+from speechbatch.uow import Reader, SessionUowFactory, StatementReader, UowFactory
 
 T = TypeVar("T")
 LIMITS = Limits(voices=("alloy", "echo"), max_chars=4096)
+
+
+def concrete(factory: UowFactory) -> SessionUowFactory:
+    """The app's own unit-of-work factory behind ``factory`` (typed as the Protocol):
+    its units are the concrete Writer and Reader, with their ``session``, ``workers`` and
+    the full slot repository, which the tests reach into."""
+    assert isinstance(factory, SessionUowFactory), factory
+    return factory
+
+
+def statement_reader(factory: UowFactory) -> Reader | StatementReader:
+    """``factory.statement_reader()`` as the concrete unit it is (typed as ReadUnit)."""
+    reader = concrete(factory).statement_reader()
+    assert isinstance(reader, Reader | StatementReader), reader
+    return reader
 
 
 def wait_for(check: Callable[[], T], timeout: float = 10.0, interval: float = 0.02) -> T:
@@ -68,14 +84,14 @@ def ago(seconds: float) -> datetime:
 
 def set_job(svc: Services, job_id: int, **values: Any) -> None:
     """Write job columns directly (to age a run or wedge a state)."""
-    with svc.uow_factory() as uow:
+    with concrete(svc.uow_factory)() as uow:
         uow.session.execute(update(Job).where(Job.id == job_id).values(**values))
         uow.commit()
 
 
 def set_items(svc: Services, job_id: int, *where: Any, **values: Any) -> None:
     """Write item columns directly (the job's counters follow, as the app's moves do)."""
-    with svc.uow_factory() as uow:
+    with concrete(svc.uow_factory)() as uow:
         uow.session.execute(update(Item).where(Item.job_id == job_id, *where).values(**values))
         uow.commit()
     resync_counters(svc, job_id)
@@ -83,7 +99,7 @@ def set_items(svc: Services, job_id: int, *where: Any, **values: Any) -> None:
 
 def set_worker(svc: Services, worker_id: int, **values: Any) -> None:
     """Write worker columns directly."""
-    with svc.uow_factory() as uow:
+    with concrete(svc.uow_factory)() as uow:
         uow.session.execute(update(Worker).where(Worker.id == worker_id).values(**values))
         uow.commit()
 
@@ -98,7 +114,7 @@ def view(svc: Services, user: UserRecord, job_id: int) -> dict[str, Any]:
 
 def real_counts(svc: Services, job_id: int) -> dict[str, int]:
     """The job's items per status, counted from the items themselves."""
-    with svc.uow_factory(read_only=True) as uow:
+    with concrete(svc.uow_factory)(read_only=True) as uow:
         rows = uow.session.execute(
             select(Item.status, func.count()).where(Item.job_id == job_id).group_by(Item.status)
         ).all()
@@ -109,7 +125,7 @@ def real_counts(svc: Services, job_id: int) -> dict[str, int]:
 
 def counters(svc: Services, job_id: int) -> dict[str, int]:
     """The job row's progress counters."""
-    with svc.uow_factory(read_only=True) as uow:
+    with concrete(svc.uow_factory)(read_only=True) as uow:
         row = uow.session.execute(
             select(Job.items_pending, Job.items_generating, Job.items_done, Job.items_error).where(
                 Job.id == job_id
@@ -126,7 +142,7 @@ def assert_counters_match(svc: Services, job_id: int) -> None:
 def resync_counters(svc: Services, job_id: int) -> None:
     """Set the counters from the items (after a test wrote items directly)."""
     counts = real_counts(svc, job_id)
-    with svc.uow_factory() as uow:
+    with concrete(svc.uow_factory)() as uow:
         uow.session.execute(
             update(Job)
             .where(Job.id == job_id)

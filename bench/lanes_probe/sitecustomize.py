@@ -61,7 +61,7 @@ def _patch() -> None:
 
     OpenAIProvider.synthesize = timed_synthesize  # type: ignore[method-assign]
     Runner.start = timed_start  # type: ignore[method-assign]
-    Runner._run = timed_run  # type: ignore[method-assign]
+    Runner._run = timed_run  # type: ignore[method-assign, assignment]
 
 
 def _loaded() -> bool:

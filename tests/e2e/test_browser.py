@@ -459,10 +459,10 @@ def test_long_job_pages_filters_and_polls_conditionally(
     summary, items = answers(summary_path), answers(items_path)
     assert all(p.query == {"items": ["none"]} for p in summary)
     assert all(p.query == {"offset": ["100"], "limit": ["100"]} for p in items)
-    for answers in (summary, items):
-        assert answers[0].if_none_match is None and answers[0].status == 200
-        assert {p.status for p in answers} == {200, 304}
-        assert_sends_the_last_etag(answers)
+    for path_polls in (summary, items):
+        assert path_polls[0].if_none_match is None and path_polls[0].status == 200
+        assert {p.status for p in path_polls} == {200, 304}
+        assert_sends_the_last_etag(path_polls)
     finished = len(polls)
     page.wait_for_timeout(3_000)
     assert len(polls) == finished, "polling did not stop after the job finished"

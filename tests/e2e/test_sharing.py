@@ -137,7 +137,7 @@ def _job_row(database_url: str, job_id: int) -> dict[str, object]:
             "JOIN runs r ON r.job_id = j.id AND r.attempt = j.attempt WHERE j.id = %s",
             (job_id,),
         ).fetchone()  # type: ignore[misc]
-        counts = dict(
+        counts: dict[str, int] = dict(
             conn.execute(
                 "SELECT status, count(*) FROM items WHERE job_id = %s GROUP BY status", (job_id,)
             ).fetchall()

@@ -10,11 +10,16 @@ from flask.testing import FlaskClient
 from speechbatch.app import Services
 from speechbatch.repositories import UserRecord
 from speechbatch.services import create_admin, create_token
+from tests.fakes import FakeProvider
 from tests.helpers import set_items, view, wait_for
 
 
 def _create(client: FlaskClient, auth: dict[str, str], n: int = 2, **extra: object):  # type: ignore[no-untyped-def]
-    body = {"title": "  Greetings  ", "voice": "alloy", "items": [f" line {i} " for i in range(n)]}
+    body: dict[str, object] = {
+        "title": "  Greetings  ",
+        "voice": "alloy",
+        "items": [f" line {i} " for i in range(n)],
+    }
     body.update(extra)
     return client.post("/api/jobs", json=body, headers=auth)
 
@@ -73,8 +78,8 @@ def test_generate_then_poll_until_completed(client: FlaskClient, auth: dict[str,
 
 
 def test_second_generate_is_409_already_generating(
-    client: FlaskClient, auth: dict[str, str], provider
-) -> None:  # type: ignore[no-untyped-def]
+    client: FlaskClient, auth: dict[str, str], provider: FakeProvider
+) -> None:
     import threading
 
     provider.gate = threading.Event()
@@ -225,8 +230,8 @@ def test_session_write_without_csrf_header_is_400(client: FlaskClient, admin: Us
 
 
 def test_job_shows_its_lease(
-    client: FlaskClient, auth: dict[str, str], provider, svc: Services
-) -> None:  # type: ignore[no-untyped-def]
+    client: FlaskClient, auth: dict[str, str], provider: FakeProvider, svc: Services
+) -> None:
     import threading
     from datetime import datetime
 
@@ -243,8 +248,8 @@ def test_job_shows_its_lease(
 
 
 def test_a_heartbeat_does_not_change_a_generating_jobs_answer(
-    client: FlaskClient, auth: dict[str, str], provider, svc: Services
-) -> None:  # type: ignore[no-untyped-def]
+    client: FlaskClient, auth: dict[str, str], provider: FakeProvider, svc: Services
+) -> None:
     import threading
     import time
 

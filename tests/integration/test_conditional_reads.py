@@ -14,7 +14,7 @@ from speechbatch.models import Item, Job
 from speechbatch.read import DocumentCache
 from speechbatch.repositories import UserRecord
 from speechbatch.services import create_admin
-from tests.helpers import ago, claim, new_job, view
+from tests.helpers import ago, claim, concrete, new_job, view
 
 HOUR = 3600.0
 
@@ -94,7 +94,7 @@ def test_the_job_etag_changes_when_recovery_flips_the_job(
     claim(svc, admin, job_id)
     _start(svc, job_id, _ids(svc, admin, job_id)[0])
     etag = _get(client, f"/api/jobs/{job_id}", auth).headers["ETag"]
-    with svc.uow_factory() as uow:  # the run goes silent for an hour
+    with concrete(svc.uow_factory)() as uow:  # the run goes silent for an hour
         uow.session.execute(update(Item).where(Item.job_id == job_id).values(updated_at=ago(HOUR)))
         uow.session.execute(update(Job).where(Job.id == job_id).values(updated_at=ago(HOUR)))
         uow.commit()

@@ -10,12 +10,14 @@ from sqlalchemy import update
 from speechbatch.app import Services
 from speechbatch.models import Item, Job
 from speechbatch.repositories import StaleJob, UserRecord
+from speechbatch.repositories.runs import FinishedItem
 from speechbatch.services import get_job, start_generation
 from tests.fakes import FakeProvider, permanent
 from tests.helpers import (
     ago,
     assert_counters_match,
     claim,
+    concrete,
     counters,
     new_job,
     view,
@@ -41,7 +43,9 @@ def _start(svc: Services, job_id: int, attempt: int, item_id: int) -> bool:
     return started is not None
 
 
-def _done(svc: Services, job_id: int, attempt: int, item_id: int, path: str = "a.mp3") -> bool:
+def _done(
+    svc: Services, job_id: int, attempt: int, item_id: int, path: str = "a.mp3"
+) -> FinishedItem:
     with svc.uow_factory() as uow:
         won = uow.runs.finish_item(
             job_id, attempt, item_id, audio_path=path, audio_bytes=1, audio_sha256="x"
@@ -52,7 +56,7 @@ def _done(svc: Services, job_id: int, attempt: int, item_id: int, path: str = "a
 
 def _age(svc: Services, job_id: int) -> None:
     """Make a run silent for an hour, touching timestamps only (never the counters)."""
-    with svc.uow_factory() as uow:
+    with concrete(svc.uow_factory)() as uow:
         uow.session.execute(update(Item).where(Item.job_id == job_id).values(updated_at=ago(HOUR)))
         uow.session.execute(update(Job).where(Job.id == job_id).values(updated_at=ago(HOUR)))
         uow.commit()

@@ -35,7 +35,7 @@ from speechbatch.services import create_admin, create_token
 from speechbatch.storage import LocalStorage
 from tests.conftest import close_services, with_settings
 from tests.fakes import FakeProvider, fake_audio
-from tests.helpers import wait_for
+from tests.helpers import concrete, wait_for
 
 EXPORT_KEYS = {"id", "status", "error_message", "download_url", "created_at", "finished_at"}
 
@@ -126,13 +126,13 @@ def download(client: FlaskClient, url: str, auth: dict[str, str]) -> tuple[int, 
 
 def lock_rows(svc: Services) -> list[Any]:
     """Every lock row, oldest first."""
-    with svc.uow_factory() as uow:
+    with concrete(svc.uow_factory)() as uow:
         return list(uow.session.execute(select(*job_locks.c).order_by(job_locks.c.id)))
 
 
 def export_row(svc: Services, export_id: int) -> Any:
     """The stored export row."""
-    with svc.uow_factory() as uow:
+    with concrete(svc.uow_factory)() as uow:
         return uow.session.execute(select(*exports.c).where(exports.c.id == export_id)).one()
 
 
@@ -170,7 +170,7 @@ def test_export_end_to_end_through_the_api(
     assert [(int(r["job_id"]), int(r["position"]), r["text"]) for r in manifest] == [
         (job_id, item["position"], item["text"]) for job_id, item in expected
     ]
-    with svc.uow_factory() as uow:
+    with concrete(svc.uow_factory)() as uow:
         stored = {
             r.text: r.audio_sha256
             for r in uow.session.execute(select(Item.text, Item.audio_sha256))
@@ -252,7 +252,7 @@ def test_second_export_while_one_is_live_answers_409(
 def test_a_live_lock_of_another_holder_answers_409(
     client: FlaskClient, auth: dict[str, str], svc: Services, admin: UserRecord
 ) -> None:
-    with svc.uow_factory() as uow:
+    with concrete(svc.uow_factory)() as uow:
         LockRepository(uow.session).acquire(admin.organization_id, JOB_TYPE, "another-service", 60)
         uow.commit()
 
@@ -309,7 +309,7 @@ def test_running_export_whose_lock_is_gone_is_failed_on_read(
     running = start(client, auth)
     lock_id = export_row(svc, running["id"]).lock_id
     values = {"expires_at": ago(1)} if how == "expired" else {"released_at": ago(0)}
-    with svc.uow_factory() as uow:
+    with concrete(svc.uow_factory)() as uow:
         uow.session.execute(update(job_locks).where(job_locks.c.id == lock_id).values(**values))
         uow.commit()
 
@@ -334,7 +334,7 @@ def test_builder_whose_lock_expired_unnoticed_cannot_complete(
     finished_job(client, auth, ["one"])
     running = start(client, auth)
     lock_id = export_row(svc, running["id"]).lock_id
-    with svc.uow_factory() as uow:
+    with concrete(svc.uow_factory)() as uow:
         uow.session.execute(
             update(job_locks).where(job_locks.c.id == lock_id).values(expires_at=ago(1))
         )
@@ -356,21 +356,21 @@ def test_builder_whose_lock_expired_unnoticed_cannot_complete(
 def test_complete_export_is_fenced_by_the_live_lock(
     how: str, svc: Services, admin: UserRecord
 ) -> None:
-    with svc.uow_factory() as uow:
+    with concrete(svc.uow_factory)() as uow:
         grant = LockRepository(uow.session).acquire(admin.organization_id, JOB_TYPE, "me", 60)
         export_id = ExportRepository(uow.session).create_export(
             admin.organization_id, admin.id, grant.id
         )
         uow.commit()
     if how == "expired":
-        with svc.uow_factory() as uow:
+        with concrete(svc.uow_factory)() as uow:
             uow.session.execute(
                 update(job_locks).where(job_locks.c.id == grant.id).values(expires_at=ago(1))
             )
             uow.commit()
     holder = "me" if how == "expired" else "somebody-else"
 
-    with svc.uow_factory() as uow:
+    with concrete(svc.uow_factory)() as uow:
         won = ExportRepository(uow.session).complete_export(
             export_id, grant.id, holder, "exports/x.zip"
         )
@@ -466,7 +466,7 @@ def test_exports_page_starts_an_export_and_lists_it(
 
     assert created.status_code == 302
     assert created.headers["Location"] == "/exports"
-    with svc.uow_factory() as uow:
+    with concrete(svc.uow_factory)() as uow:
         export_id: int = uow.session.execute(select(exports.c.id)).scalar_one()
 
     def ready_page() -> str:

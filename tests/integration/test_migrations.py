@@ -57,17 +57,17 @@ def test_counters_migration_backfills_existing_jobs(database_url: str) -> None:
     engine = make_engine(database_url, pool=False)
     try:
         with engine.begin() as conn:
-            org = conn.execute(
+            org: int = conn.execute(
                 text("INSERT INTO organizations (slug) VALUES ('old') RETURNING id")
             ).scalar_one()
-            user = conn.execute(
+            user: int = conn.execute(
                 text(
                     "INSERT INTO users (organization_id, email, password_hash, is_admin)"
                     " VALUES (:org, 'old@old.test', 'x', true) RETURNING id"
                 ),
                 {"org": org},
             ).scalar_one()
-            job_ids = []
+            job_ids: list[int] = []
             for n in (len(statuses), 0):
                 job_ids.append(
                     conn.execute(

@@ -7,7 +7,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 import pytest
-from sqlalchemy import text, update
+from sqlalchemy import ScalarResult, text, update
 from sqlalchemy.exc import DBAPIError
 
 from speechbatch.app import Services
@@ -15,15 +15,15 @@ from speechbatch.models import Job
 from speechbatch.read import ItemsPage, JobPoll
 from speechbatch.repositories import UserRecord
 from speechbatch.services import create_admin, create_token, get_user, hash_token
-from tests.helpers import new_job
+from tests.helpers import concrete, new_job, statement_reader
 
 
 def test_a_write_inside_a_reader_fails(svc: Services, admin: UserRecord) -> None:
     job_id = new_job(svc, admin)
-    with svc.uow_factory(read_only=True) as uow, pytest.raises(DBAPIError):
+    with concrete(svc.uow_factory)(read_only=True) as uow, pytest.raises(DBAPIError):
         uow.session.execute(update(Job).where(Job.id == job_id).values(title="changed"))
-    with svc.uow_factory(read_only=True) as uow:
-        title = uow.session.execute(text("SELECT title FROM jobs")).scalar_one()
+    with concrete(svc.uow_factory)(read_only=True) as uow:
+        title: str = uow.session.execute(text("SELECT title FROM jobs")).scalar_one()
     assert title == "job"
 
 
@@ -44,10 +44,10 @@ def test_a_writer_after_readers_on_the_same_pool_can_write(
     for _ in range(3):  # pooled connections go back and forth between readers and writers
         with svc.uow_factory(read_only=True) as uow:
             uow.views.ping()
-        with svc.uow_factory() as uow:
+        with concrete(svc.uow_factory)() as uow:
             uow.session.execute(update(Job).where(Job.id == job_id).values(title="renamed"))
             uow.commit()
-    with svc.uow_factory(read_only=True) as uow:
+    with concrete(svc.uow_factory)(read_only=True) as uow:
         assert uow.session.execute(text("SELECT title FROM jobs")).scalar_one() == "renamed"
 
 
@@ -70,9 +70,9 @@ def _poll(svc: Services, job_id: int, **kwargs: Any) -> JobPoll | None:
 
 def test_a_write_through_a_statement_reader_fails(svc: Services, admin: UserRecord) -> None:
     job_id = new_job(svc, admin)
-    with svc.uow_factory.statement_reader() as uow, pytest.raises(DBAPIError):
+    with statement_reader(svc.uow_factory) as uow, pytest.raises(DBAPIError):
         uow.session.execute(update(Job).where(Job.id == job_id).values(title="changed"))
-    with svc.uow_factory.statement_reader() as uow:
+    with statement_reader(svc.uow_factory) as uow:
         assert uow.session.execute(text("SELECT title FROM jobs")).scalar_one() == "job"
 
 
@@ -133,7 +133,7 @@ def test_the_json_writes_timestamps_in_iso_8601_with_microseconds(
     svc: Services, admin: UserRecord, moment: datetime
 ) -> None:
     job_id = new_job(svc, admin)
-    with svc.uow_factory() as uow:
+    with concrete(svc.uow_factory)() as uow:
         uow.session.execute(update(Job).where(Job.id == job_id).values(started_at=moment))
         uow.commit()
     with svc.uow_factory(read_only=True) as uow:
@@ -163,8 +163,8 @@ def test_every_poll_statement_fits_psycopgs_parse_cache() -> None:
 
 @pytest.mark.parametrize("backend", ["postgresql"], indirect=True)
 def test_sb_isotime_is_inlined_by_the_planner(svc: Services) -> None:
-    with svc.uow_factory(read_only=True) as uow:
-        plan = uow.session.execute(
+    with concrete(svc.uow_factory)(read_only=True) as uow:
+        plan: ScalarResult[str] = uow.session.execute(
             text("EXPLAIN VERBOSE SELECT sb_isotime(created_at) FROM jobs")
         ).scalars()
         output = "\n".join(plan)

@@ -14,7 +14,17 @@ from speechbatch.models import Item
 from speechbatch.repositories import StaleJob, UserRecord
 from speechbatch.services import get_job, recover_all
 from tests.conftest import with_settings
-from tests.helpers import ago, claim, new_job, set_items, set_job, set_worker, statuses, view
+from tests.helpers import (
+    ago,
+    claim,
+    concrete,
+    new_job,
+    set_items,
+    set_job,
+    set_worker,
+    statuses,
+    view,
+)
 
 HOUR = 3600
 
@@ -154,7 +164,7 @@ def test_recovery_waits_for_a_concurrent_stamp_and_loses(svc: Services, admin: U
 
 def test_dead_worker_is_found_by_its_heartbeat(svc: Services, admin: UserRecord) -> None:
     job_id = new_job(svc, admin)
-    with svc.uow_factory() as uow:
+    with concrete(svc.uow_factory)() as uow:
         worker_id = uow.workers.register_worker("host-a", 4242)
         uow.commit()
     claim(svc, admin, job_id, worker_id=worker_id)
@@ -168,7 +178,7 @@ def test_dead_worker_is_found_by_its_heartbeat(svc: Services, admin: UserRecord)
 
 def test_live_worker_keeps_its_job(svc: Services, admin: UserRecord) -> None:
     job_id = new_job(svc, admin)
-    with svc.uow_factory() as uow:
+    with concrete(svc.uow_factory)() as uow:
         worker_id = uow.workers.register_worker("host-a", 4242)
         uow.commit()
     claim(svc, admin, job_id, worker_id=worker_id)
@@ -255,12 +265,12 @@ def test_a_busy_recovery_leaves_later_writers_their_long_wait(
     full busy timeout again for the next ordinary writer (SQLite keeps it per connection)."""
     with svc.uow_factory.impatient_writer() as uow:
         uow.commit()
-    with svc.uow_factory() as uow:
+    with concrete(svc.uow_factory)() as uow:
         if svc.engine.dialect.name == "sqlite":
-            busy_ms = uow.session.execute(text("PRAGMA busy_timeout")).scalar_one()
+            busy_ms: int = uow.session.execute(text("PRAGMA busy_timeout")).scalar_one()
             assert busy_ms == SQLITE_BUSY_TIMEOUT_MS
         else:
-            lock_ms = uow.session.execute(text("SHOW lock_timeout")).scalar_one()
+            lock_ms: str = uow.session.execute(text("SHOW lock_timeout")).scalar_one()
             assert lock_ms == "2s"
 
 

@@ -17,7 +17,7 @@ from speechbatch.repositories.resume import RESUME
 from speechbatch.resume import MAX_RESUMES_WITHOUT_PROGRESS, resume_interrupted
 from speechbatch.spending import cancel_generation
 from tests.fakes import FakeProvider
-from tests.helpers import claim, new_job, set_items, view, wait_for
+from tests.helpers import claim, concrete, new_job, set_items, view, wait_for
 from tests.integration.test_pages import sign_in
 
 
@@ -84,7 +84,7 @@ def test_a_cancelled_run_is_never_resumed(svc: Services, admin: UserRecord) -> N
 def test_only_interrupted_runs_are_resumed(svc: Services, admin: UserRecord, outcome: str) -> None:
     job_id = new_job(svc, admin, 1)
     attempt = _interrupted(svc, admin, job_id)
-    with svc.uow_factory() as uow:
+    with concrete(svc.uow_factory)() as uow:
         uow.session.execute(
             update(Run).where(Run.job_id == job_id, Run.attempt == attempt).values(outcome=outcome)
         )

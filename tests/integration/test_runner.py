@@ -30,7 +30,7 @@ from tests.helpers import new_job, statuses, view, wait_for
 from tests.support.fake_provider import FakeProvider as HttpFakeProvider
 
 
-def _run(svc: Services, user: UserRecord, job_id: int, regenerate: bool = False) -> dict:  # type: ignore[type-arg]
+def _run(svc: Services, user: UserRecord, job_id: int, regenerate: bool = False) -> dict[str, Any]:
     start_generation(svc.uow_factory, svc.settings, svc.runner, user, job_id, regenerate=regenerate)
     return wait_for(
         lambda: (j := view(svc, user, job_id))["status"] != "GENERATING" and j, timeout=20
@@ -135,9 +135,9 @@ def test_fenced_run_cannot_write_after_recovery_and_reclaim(
 
 
 def test_graceful_stop_interrupts_and_a_retry_resumes(
-    settings,
+    settings: Settings,
     admin: UserRecord,
-    tmp_path: Path,  # type: ignore[no-untyped-def]
+    tmp_path: Path,
 ) -> None:
     slow = FakeProvider(latency=0.15)
     first: Flask = create_app(settings, provider=slow)

@@ -116,5 +116,6 @@ def test_openapi_document_is_public_and_lists_every_api_route(client: FlaskClien
         if not rule.rule.startswith("/api/"):
             continue
         path = rule.rule.replace("<int:", "{").replace(">", "}")
+        assert rule.methods is not None
         for method in rule.methods - {"HEAD", "OPTIONS"}:
             assert (path, method) in documented, (path, method)

@@ -22,7 +22,7 @@ from speechbatch.services import create_job, get_job, start_generation
 from speechbatch.spending import cancel_generation
 from tests.conftest import close_services, services, with_settings
 from tests.fakes import FakeProvider, rate_limited
-from tests.helpers import LIMITS, claim, new_job, view, wait_for
+from tests.helpers import LIMITS, claim, concrete, new_job, view, wait_for
 from tests.integration.test_pages import sign_in
 
 
@@ -50,7 +50,7 @@ def _run_listening(
     svc: Services, user: UserRecord, job_id: int, name: str, listener: Callable[..., None]
 ) -> None:
     """Generate the job to its end with ``listener`` on the engine's event ``name``."""
-    engine = svc.uow_factory.session_factory.kw["bind"]
+    engine = concrete(svc.uow_factory).session_factory.kw["bind"]
     event.listen(engine, name, listener)
     try:
         start_generation(svc.uow_factory, svc.settings, svc.runner, user, job_id)
@@ -66,7 +66,7 @@ def _hold_the_only_slot_elsewhere(svc: Services, user: UserRecord) -> SlotGrant:
     blocker = _job(svc, user, "blocker")
     attempt = claim(svc, user, blocker)
     assert attempt is not None
-    with svc.uow_factory() as uow:
+    with concrete(svc.uow_factory)() as uow:
         other = uow.workers.register_worker("elsewhere", 1)
         grant = uow.slots.acquire_slot(
             other, blocker, attempt, capacity=1, worker_dead_seconds=30, max_hold_seconds=300
@@ -110,7 +110,7 @@ def test_items_waiting_for_a_slot_show_on_the_job(
     lease = get_job(svc.uow_factory, svc.settings, admin, job_id)["lease"]
     assert lease["waiting_for_pace"] == 0
     assert provider.total_calls() == 0
-    with svc.uow_factory() as uow:
+    with concrete(svc.uow_factory)() as uow:
         assert uow.slots.release_slot(grant)
         uow.commit()
     wait_for(lambda: _done(svc, admin, job_id), timeout=20)
@@ -256,7 +256,7 @@ def test_an_item_with_a_free_slot_takes_and_returns_it_within_its_start_and_fini
     def synthesize(text: str, voice: str) -> bytes:
         reading.now = True
         try:
-            with svc.uow_factory(read_only=True) as uow:
+            with concrete(svc.uow_factory)(read_only=True) as uow:
                 held_during_calls.append(
                     [row.job_id for row in uow.session.execute(select_live_slots()).all()]
                 )

@@ -17,6 +17,7 @@ from speechbatch.db import ago
 from speechbatch.errors import TooManySignIns
 from speechbatch.models import SignInThrottle
 from speechbatch.repositories import UserRecord
+from tests.helpers import concrete
 from tests.integration.test_pages import PASSWORD, csrf_from, text_of
 
 EMAIL = "admin@acme.test"
@@ -85,7 +86,7 @@ def test_throttle_ends_with_the_window(
     client: FlaskClient, admin: UserRecord, svc: Services
 ) -> None:
     fail_five_times(client)
-    with svc.uow_factory() as uow:
+    with concrete(svc.uow_factory)() as uow:
         uow.session.execute(update(SignInThrottle).values(window_started_at=ago(15 * 60 + 1)))
         uow.commit()
     assert attempt(client, PASSWORD).status_code == 302
@@ -130,11 +131,11 @@ def test_a_success_sweeps_tallies_of_ended_windows(
     client: FlaskClient, admin: UserRecord, svc: Services
 ) -> None:
     attempt(client, "wrong-password", "10.0.0.7")
-    with svc.uow_factory() as uow:
+    with concrete(svc.uow_factory)() as uow:
         uow.session.execute(update(SignInThrottle).values(window_started_at=ago(15 * 60 + 1)))
         uow.commit()
     attempt(client, "wrong-password", "10.0.0.8")
     assert attempt(client, PASSWORD, "10.0.0.9").status_code == 302
-    with svc.uow_factory() as uow:
+    with concrete(svc.uow_factory)() as uow:
         left = uow.session.execute(select(SignInThrottle.client_address)).scalars().all()
     assert left == ["10.0.0.8"]

@@ -17,14 +17,14 @@ from speechbatch.models import ProviderSlot
 from speechbatch.repositories import UserRecord
 from speechbatch.repositories.slots import SlotGrant
 from speechbatch.slots import Holder, ProviderGate
-from tests.helpers import claim, new_job, set_worker, wait_for
+from tests.helpers import claim, concrete, new_job, set_worker, wait_for
 
 DEAD = 30.0
 HOLD = 300.0
 
 
 def _worker(svc: Services) -> int:
-    with svc.uow_factory() as uow:
+    with concrete(svc.uow_factory)() as uow:
         worker_id = uow.workers.register_worker("test-host", 4242)
         uow.commit()
     return worker_id
@@ -40,7 +40,7 @@ def _running_job(svc: Services, admin: UserRecord) -> tuple[int, int]:
 def _acquire(
     svc: Services, worker_id: int, job_id: int, attempt: int, cap: int, **kw: Any
 ) -> SlotGrant | None:
-    with svc.uow_factory() as uow:
+    with concrete(svc.uow_factory)() as uow:
         grant = uow.slots.acquire_slot(
             worker_id,
             job_id,
@@ -54,14 +54,14 @@ def _acquire(
 
 
 def _release(svc: Services, grant: SlotGrant) -> bool:
-    with svc.uow_factory() as uow:
+    with concrete(svc.uow_factory)() as uow:
         won = uow.slots.release_slot(grant)
         uow.commit()
     return won
 
 
 def _renew(svc: Services, grant: SlotGrant, job_id: int, cap: int) -> bool:
-    with svc.uow_factory() as uow:
+    with concrete(svc.uow_factory)() as uow:
         won = uow.slots.renewal(
             grant, job_id, capacity=cap, worker_dead_seconds=DEAD, max_hold_seconds=HOLD
         ).run(uow.session)
@@ -152,7 +152,7 @@ def test_a_stopped_workers_slot_is_free_at_once(svc: Services, admin: UserRecord
     stopped, other = _worker(svc), _worker(svc)
     job_id, attempt = _running_job(svc, admin)
     assert _acquire(svc, stopped, job_id, attempt, 1) is not None
-    with svc.uow_factory() as uow:
+    with concrete(svc.uow_factory)() as uow:
         uow.workers.mark_worker_stopped(stopped)
         uow.commit()
     assert _acquire(svc, other, job_id, attempt, 1) is not None
@@ -226,22 +226,22 @@ def test_a_renewal_is_refused_over_the_fair_share(svc: Services, admin: UserReco
 def test_the_pace_books_starts_one_interval_apart(svc: Services) -> None:
     waits = []
     for _ in range(2):
-        with svc.uow_factory() as uow:
+        with concrete(svc.uow_factory)() as uow:
             waits.append(uow.slots.reserve_start(0.5).wait_seconds)
             uow.commit()
     assert waits[0] is not None and waits[0] <= 0.05
     assert waits[1] is not None and 0.4 <= waits[1] <= 0.55
-    with svc.uow_factory() as uow:  # two intervals ahead: ask again later
+    with concrete(svc.uow_factory)() as uow:  # two intervals ahead: ask again later
         answer = uow.slots.reserve_start(0.5)
         uow.commit()
     assert answer.wait_seconds is None and answer.paused_for_seconds > 0.4
 
 
 def test_a_pause_holds_every_start_back(svc: Services) -> None:
-    with svc.uow_factory() as uow:
+    with concrete(svc.uow_factory)() as uow:
         uow.slots.pause_starts(5.0)
         uow.commit()
-    with svc.uow_factory() as uow:
+    with concrete(svc.uow_factory)() as uow:
         slots = uow.slots
         assert 4.5 <= slots.paused_for() <= 5.0
         answer = slots.reserve_start(0.1)
@@ -264,7 +264,7 @@ def test_slot_rows_are_kept_per_number(svc: Services, admin: UserRecord) -> None
         assert grant is not None and grant.slot == 0
         tokens.append(grant.token)
         assert _release(svc, grant)
-    with svc.uow_factory(read_only=True) as uow:
+    with concrete(svc.uow_factory)(read_only=True) as uow:
         rows = uow.session.execute(select(func.count()).select_from(ProviderSlot)).scalar_one()
     assert rows == 1
     assert tokens == [1, 2, 3, 4, 5]
@@ -277,7 +277,7 @@ def test_released_slots_are_given_back_in_one_statement(svc: Services, admin: Us
     assert all(grants)
     stale = grants[0]
     assert stale is not None and _release(svc, stale)
-    with svc.uow_factory() as uow:
+    with concrete(svc.uow_factory)() as uow:
         # Out of order, and one already released: only the two held under their token win.
         won = uow.slots.release_slots([g for g in reversed(grants) if g is not None])
         uow.commit()
@@ -391,7 +391,7 @@ def test_a_grant_says_whether_its_job_now_holds_its_share(svc: Services, admin: 
 def _handed(
     svc: Services, worker_id: int, job: tuple[int, int], cap: int, handoff: SlotGrant
 ) -> SlotGrant | None:
-    with svc.uow_factory() as uow:
+    with concrete(svc.uow_factory)() as uow:
         grant = uow.slots.acquire_slot(
             worker_id, *job, capacity=cap, worker_dead_seconds=DEAD, max_hold_seconds=HOLD,
             handoff=handoff,

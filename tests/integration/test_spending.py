@@ -23,7 +23,7 @@ from speechbatch.services import create_job, start_generation
 from speechbatch.spending import cancel_generation
 from tests.conftest import close_services, services
 from tests.fakes import FakeProvider, retryable
-from tests.helpers import LIMITS, new_admin, new_job, statuses, view, wait_for
+from tests.helpers import LIMITS, concrete, new_admin, new_job, statuses, view, wait_for
 from tests.integration.test_pages import sign_in, text_of
 
 
@@ -61,7 +61,9 @@ def finished(svc: Services, user: UserRecord, job_id: int) -> dict[str, Any]:
     return view(svc, user, job_id)
 
 
-def run(svc: Services, user: UserRecord, job_id: int, *, regenerate: bool = False) -> dict:  # type: ignore[type-arg]
+def run(
+    svc: Services, user: UserRecord, job_id: int, *, regenerate: bool = False
+) -> dict[str, Any]:
     start_generation(svc.uow_factory, svc.settings, svc.runner, user, job_id, regenerate=regenerate)
     return finished(svc, user, job_id)
 
@@ -233,7 +235,7 @@ def test_a_reservation_refused_in_the_previous_items_commit_keeps_that_item_done
 
     def refused(job: int, bill: Bill | None) -> None:
         if bill is not None and not bill:
-            with svc.uow_factory(read_only=True) as other:
+            with concrete(svc.uow_factory)(read_only=True) as other:
                 seen_at_refusal.append(
                     list(
                         other.session.execute(
@@ -423,6 +425,7 @@ def test_shared_audio_survives_a_regenerate_and_gc(
     first = run(svc, admin, job_of(svc, admin, ["Station A"]))
     second = run(svc, admin, job_of(svc, admin, ["Station A"]))
     shared_key = audio_key(svc, admin, first["id"], first["items"][0]["id"])
+    assert shared_key is not None
     assert audio_key(svc, admin, second["id"], second["items"][0]["id"]) == shared_key
     run(svc, admin, first["id"], regenerate=True)
     assert svc.storage.exists(shared_key)  # the second job still refers to it

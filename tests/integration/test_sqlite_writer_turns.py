@@ -37,9 +37,15 @@ def engine(database_url: str) -> Iterator[Engine]:
         engine.dispose()
 
 
+def _turn_taking(dbapi: object) -> db._TurnTakingConnection:
+    """The engine's DBAPI connection as the class it is (db.make_engine's SQLite factory)."""
+    assert isinstance(dbapi, db._TurnTakingConnection), dbapi
+    return dbapi
+
+
 def _turns(engine: Engine) -> threading.Lock:
     with engine.connect() as conn:
-        lock: threading.Lock = type(conn.connection.dbapi_connection).turns
+        lock: threading.Lock = type(_turn_taking(conn.connection.dbapi_connection)).turns
         return lock
 
 
@@ -142,13 +148,13 @@ def test_a_connection_closed_or_dropped_inside_a_transaction_ends_its_turn(
     raw = engine.raw_connection()
     dbapi = raw.dbapi_connection
     assert dbapi is not None
-    assert dbapi.take_turn(1000)  # type: ignore[attr-defined]
+    assert dbapi.take_turn(1000)
     dbapi.execute("BEGIN IMMEDIATE")
     assert turns.locked()
     raw.invalidate()  # closes the DBAPI connection
     assert not turns.locked()
 
-    connection_class = type(dbapi)
+    connection_class = type(_turn_taking(dbapi))
     dropped = connection_class(":memory:")
     assert dropped.take_turn(1000)
     dropped.execute("BEGIN IMMEDIATE")

@@ -16,6 +16,7 @@ from speechbatch.db import ago
 from speechbatch.models import ApiToken
 from speechbatch.repositories import UserRecord
 from speechbatch.services import create_admin
+from tests.helpers import concrete
 from tests.integration.test_pages import csrf_from, sign_in, text_of
 
 TOKEN_KEYS = {"id", "name", "prefix", "created_at", "last_used_at"}
@@ -131,7 +132,7 @@ def test_session_write_without_csrf_header_is_refused(
 
 
 def _last_used(svc: Services, token: str) -> Any:
-    with svc.uow_factory() as uow:
+    with concrete(svc.uow_factory)() as uow:
         return uow.session.execute(
             select(ApiToken.last_used_at).where(ApiToken.token_hash == hash_token(token))
         ).scalar_one()
@@ -147,7 +148,7 @@ def test_last_use_is_written_at_most_once_a_minute(
     client.get("/api/voices", headers=auth)
     assert _last_used(svc, token) == first
     # A minute later (moved back in the database), the next use writes it again.
-    with svc.uow_factory() as uow:
+    with concrete(svc.uow_factory)() as uow:
         uow.session.execute(update(ApiToken).values(last_used_at=ago(61)))
         uow.commit()
     moved = _last_used(svc, token)

@@ -42,6 +42,6 @@ def _pausing_call(provider: Any, text: str, voice: str, **kwargs: Any) -> bytes:
     return _real_call(provider, text, voice, **kwargs)
 
 
-speechbatch.runner.synthesize_with_retries = _pausing_call  # type: ignore[assignment]
+speechbatch.runner.synthesize_with_retries = _pausing_call
 
 __all__ = ["app"]
