@@ -251,7 +251,6 @@ def test_a_heartbeat_does_not_change_a_generating_jobs_answer(
     client: FlaskClient, auth: dict[str, str], provider: FakeProvider, svc: Services
 ) -> None:
     import threading
-    import time
 
     from sqlalchemy import update
 
@@ -262,13 +261,11 @@ def test_a_heartbeat_does_not_change_a_generating_jobs_answer(
     job_id = _create(client, auth).get_json()["id"]
     client.post(f"/api/jobs/{job_id}/generate", headers=auth)
     try:
+        # Until the run has sent what it can: both items' calls wait at the gate, so both
+        # starts have committed and nothing moves. (Two equal reads 0.25 s apart were not
+        # enough: a lane that started later than that changed the answer in between.)
+        wait_for(lambda: provider.in_flight == 2)
         first = client.get(f"/api/jobs/{job_id}?items=none", headers=auth)
-        for _ in range(20):  # until the run has sent what it can (items stop moving)
-            time.sleep(0.25)
-            settled = client.get(f"/api/jobs/{job_id}?items=none", headers=auth)
-            if settled.headers["ETag"] == first.headers["ETag"]:
-                break
-            first = settled
         with svc.engine.begin() as connection:
             connection.execute(update(workers).values(heartbeat_at=db_now()))
         again = client.get(
