@@ -15,8 +15,13 @@ into the mean lane's parts:
 and the worker's CPU time over the run is given in cores (1.0: one core all along).
 Nothing is asserted: this is the map for work on the watched figure.
 
+With ``--gaps`` the probe also stamps the audio file's write, the runner's transactions,
+their statements and commits, and the mean gap between two calls of a lane is split into
+those parts; the rest of a gap is the lane's Python and its turns for the GIL.
+
 Usage: python bench/lanes.py [--rounds 1] [--items 96] [--latency 0.1] [--concurrency 8]
                              [--tree PATH/src]   (another source tree, e.g. a patched copy)
+                             [--gaps]
 """
 
 from __future__ import annotations
@@ -27,6 +32,7 @@ import json
 import logging
 import os
 import tempfile
+import time
 from pathlib import Path
 from typing import Any
 
@@ -38,20 +44,60 @@ PROBE = Path(__file__).resolve().parent / "lanes_probe"
 
 
 def split_runs(events: list[list[Any]]) -> dict[int, dict[str, Any]]:
-    """The probe's events, per job: start/end (clock and CPU) and each lane's calls."""
+    """The probe's events, per job: start/end (clock and CPU), each lane's calls, and
+    every thread's events in order (for ``gap_parts``)."""
     runs: dict[int, dict[str, Any]] = {}
     current: dict[str, Any] | None = None
     sent: dict[str, float] = {}
     for at, kind, thread, details in events:
         if kind == "run_start":
-            current = runs[details["job"]] = {"start": at, "cpu0": details["cpu"], "lanes": {}}
+            current = runs[details["job"]] = {
+                "start": at,
+                "cpu0": details["cpu"],
+                "lanes": {},
+                "threads": {},
+            }
         elif kind == "run_end":
             runs[details["job"]].update(end=at, cpu1=details["cpu"])
-        elif current is not None and kind == "send":
+        elif current is None:
+            continue
+        elif kind == "send":
             sent[thread] = at
-        elif current is not None and kind == "answer" and thread in sent:
+        elif kind == "answer" and thread in sent:
             current["lanes"].setdefault(thread, []).append((sent.pop(thread), at))
+        if current is not None:
+            current["threads"].setdefault(thread, []).append((at, kind))
     return runs
+
+
+# What a lane does between two calls, by the probe's consecutive stamps (with --gaps);
+# every other stretch of a gap is the lane's own Python and its turns for the GIL.
+GAP_PARTS = {
+    ("write", "written"): "audio file",
+    ("sql", "sql_end"): "statements",
+    ("commit", "tx_end"): "commit",
+}
+
+
+def gap_parts(run: dict[str, Any]) -> dict[str, float]:
+    """The mean gap between two calls of a lane, split into ``GAP_PARTS`` (ms)."""
+    totals: dict[str, float] = {"audio file": 0.0, "statements": 0.0, "commit": 0.0}
+    totals["Python"] = 0.0
+    gaps = 0
+    for thread in run["lanes"]:
+        stretch: list[tuple[float, str]] = []
+        for at, kind in run["threads"][thread]:
+            if kind == "answer":
+                stretch = [(at, kind)]
+            elif stretch and kind == "send":
+                gaps += 1
+                stretch.append((at, kind))
+                for (a, first), (b, second) in itertools.pairwise(stretch):
+                    totals[GAP_PARTS.get((first, second), "Python")] += b - a
+                stretch = []
+            elif stretch:
+                stretch.append((at, kind))
+    return {k: v / gaps * 1000 for k, v in totals.items()} if gaps else {}
 
 
 def breakdown(run: dict[str, Any], latency: float) -> dict[str, Any]:
@@ -87,17 +133,23 @@ def breakdown(run: dict[str, Any], latency: float) -> dict[str, Any]:
         if gaps
         else {},
         "worker_cpu_cores": (run["cpu1"] - run["cpu0"]) / wall,
+        "gap_parts_ms": gap_parts(run),
     }
 
 
 def main() -> None:
     parser = job_arguments(__doc__.splitlines()[0], rounds=1)
     parser.add_argument("--tree", help="a source tree to run instead of the installed one")
+    parser.add_argument(
+        "--gaps", action="store_true", help="also split the gaps (audio, statements, commit)"
+    )
     args = parser.parse_args()
     logging.disable(logging.INFO)
     prefix = tempfile.mkdtemp(prefix="sb_lanes_") + "/timeline"
     # The app's environment is this one's (minus SPEECHBATCH_*): the probe rides in it.
     os.environ["SB_LANES_PROBE"] = prefix
+    if args.gaps:
+        os.environ["SB_LANES_GAPS"] = "1"
     os.environ["PYTHONPATH"] = os.pathsep.join(
         p for p in (str(PROBE), args.tree, os.environ.get("PYTHONPATH")) if p
     )
@@ -106,6 +158,7 @@ def main() -> None:
         fake_provider_process(args.latency) as provider,
         gunicorn_app(provider.url, workers=1, threads=4, ITEM_CONCURRENCY=args.concurrency) as app,
     ):
+        wait_for_probe(prefix)
         texts = [f"warm up item {n}" for n in range(args.items)]
         one_job(app, texts, watched=False)
         names.append("warm-up")
@@ -114,7 +167,7 @@ def main() -> None:
                 texts = [f"lanes {name} round {i} item {n}" for n in range(args.items)]
                 one_job(app, texts, watched=name == "watched")
                 names.append(name)
-    (path,) = glob.glob(prefix + "-*.json")  # the one worker's
+    (path,) = glob.glob(prefix + "-[0-9]*.json")  # the one worker's
     runs = split_runs(json.loads(Path(path).read_text()))
     results = [
         {"job": job_id, "case": name, **breakdown(run, args.latency)}
@@ -155,7 +208,22 @@ def main() -> None:
             f"{r['case']}: first sends {r['first_send_ms']} ms; last answers "
             f"{r['last_answer_ms'][0]}-{r['last_answer_ms'][-1]} ms"
         )
+    if args.gaps:
+        print_table(
+            "The mean gap between two calls of a lane, ms",
+            ["case", *results[0]["gap_parts_ms"]],
+            [[r["case"], *(round(v, 2) for v in r["gap_parts_ms"].values())] for r in results],
+        )
     write_results("lanes", {"params": vars(args), "jobs": results})
+
+
+def wait_for_probe(prefix: str, timeout: float = 30.0) -> None:
+    """Wait until the worker's probe is in place: a run started before it is not seen."""
+    deadline = time.monotonic() + timeout
+    while not glob.glob(prefix + "-ready-*"):
+        if time.monotonic() > deadline:
+            raise SystemExit("the probe did not load in the gunicorn worker")
+        time.sleep(0.05)
 
 
 if __name__ == "__main__":

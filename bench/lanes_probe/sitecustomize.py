@@ -6,7 +6,9 @@ loaded, then wraps ``Runner.start`` (the run's start, right after the claim), ``
 (the run's end) and ``OpenAIProvider.synthesize`` (each call's send and answer, by
 thread), stamping them with the worker's monotonic clock and its CPU time. At each run's
 end it writes everything so far to ``PREFIX-PID.json``: a list of
-``[monotonic, kind, thread, {details}]``. Instrumentation only: nothing else changes.
+``[monotonic, kind, thread, {details}]``. With SB_LANES_GAPS set it also stamps what
+happens between two calls of a lane (``_patch_gaps``). Instrumentation only: nothing
+else changes.
 """
 
 from __future__ import annotations
@@ -62,6 +64,48 @@ def _patch() -> None:
     OpenAIProvider.synthesize = timed_synthesize  # type: ignore[method-assign]
     Runner.start = timed_start  # type: ignore[method-assign]
     Runner._run = timed_run  # type: ignore[method-assign, assignment]
+    if os.environ.get("SB_LANES_GAPS"):
+        _patch_gaps(Runner)
+
+
+def _patch_gaps(runner: Any) -> None:
+    """Stamp what a lane does between two calls: the audio file's write, each
+    transaction of the runner (``Runner._tx``), each statement and each commit."""
+    from sqlalchemy import event
+    from sqlalchemy.engine import Engine
+
+    from speechbatch.storage import LocalStorage
+
+    write, tx = LocalStorage.write, runner._tx
+
+    def timed_write(self: Any, key: str, data: bytes) -> None:
+        _record("write")
+        try:
+            write(self, key, data)
+        finally:
+            _record("written")
+
+    def timed_tx(self: Any, work: Any) -> Any:
+        _record("tx")
+        try:
+            return tx(self, work)
+        finally:
+            _record("tx_end")
+
+    def statement(*args: Any) -> None:
+        _record("sql")
+
+    def answered(*args: Any) -> None:
+        _record("sql_end")
+
+    def commit(*args: Any) -> None:
+        _record("commit")
+
+    event.listen(Engine, "before_cursor_execute", statement)
+    event.listen(Engine, "after_cursor_execute", answered)
+    event.listen(Engine, "commit", commit)
+    LocalStorage.write = timed_write  # type: ignore[method-assign]
+    runner._tx = timed_tx
 
 
 def _loaded() -> bool:
@@ -80,6 +124,8 @@ def _wait_and_patch() -> None:
         time.sleep(0.05)
     time.sleep(0.2)  # the app's own import of them has finished too
     _patch()
+    # bench/lanes.py starts its first job once this file is there.
+    open(f"{PREFIX}-ready-{os.getpid()}", "w").close()
 
 
 if PREFIX:
