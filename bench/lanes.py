@@ -81,8 +81,7 @@ GAP_PARTS = {
 
 def gap_parts(run: dict[str, Any]) -> dict[str, float]:
     """The mean gap between two calls of a lane, split into ``GAP_PARTS`` (ms)."""
-    totals: dict[str, float] = {"audio file": 0.0, "statements": 0.0, "commit": 0.0}
-    totals["Python"] = 0.0
+    totals = dict.fromkeys([*GAP_PARTS.values(), "Python"], 0.0)
     gaps = 0
     for thread in run["lanes"]:
         stretch: list[tuple[float, str]] = []
@@ -133,7 +132,6 @@ def breakdown(run: dict[str, Any], latency: float) -> dict[str, Any]:
         if gaps
         else {},
         "worker_cpu_cores": (run["cpu1"] - run["cpu0"]) / wall,
-        "gap_parts_ms": gap_parts(run),
     }
 
 
@@ -167,10 +165,15 @@ def main() -> None:
                 texts = [f"lanes {name} round {i} item {n}" for n in range(args.items)]
                 one_job(app, texts, watched=name == "watched")
                 names.append(name)
-    (path,) = glob.glob(prefix + "-[0-9]*.json")  # the one worker's
+    (path,) = glob.glob(prefix + "-*.json")  # the one worker's
     runs = split_runs(json.loads(Path(path).read_text()))
     results = [
-        {"job": job_id, "case": name, **breakdown(run, args.latency)}
+        {
+            "job": job_id,
+            "case": name,
+            **breakdown(run, args.latency),
+            **({"gap_parts_ms": gap_parts(run)} if args.gaps else {}),
+        }
         for name, (job_id, run) in zip(names, sorted(runs.items()), strict=True)
     ]
     ideal = args.items * args.latency / args.concurrency
