@@ -487,11 +487,11 @@ class GunicornServer:
         self.stop(graceful=False)
 
     # -- processes and signals ----------------------------------------------------------------
-    def ready_workers(self) -> set[int]:
-        """The live workers that have said they are ready (gunicorn.conf.py's
-        post_worker_init logs it once the app is loaded)."""
+    def ready_workers(self, pids: list[int] | None = None) -> set[int]:
+        """The live workers (or those of ``pids``) that have said they are ready
+        (gunicorn.conf.py's post_worker_init logs it once the app is loaded)."""
         said = {int(pid) for pid in READY_LINE.findall(self.log_text(2_000_000))}
-        return said & set(self.worker_pids())
+        return said & set(self.worker_pids() if pids is None else pids)
 
     def worker_pids(self) -> list[int]:
         """The live worker processes (children of the master)."""
@@ -505,9 +505,11 @@ class GunicornServer:
         old = exclude or set()
 
         def fresh() -> list[int]:
+            # One look at the processes: the ready ones are among the live ones, none old.
             pids = self.worker_pids()
-            ready = len(self.ready_workers() - old) >= self.workers
-            return pids if ready and len(pids) >= self.workers and not old & set(pids) else []
+            if old & set(pids) or len(self.ready_workers(pids)) < self.workers:
+                return []
+            return pids
 
         return wait_until(fresh, timeout, what=f"{self.name}: fresh workers")
 
