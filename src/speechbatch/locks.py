@@ -33,6 +33,7 @@ from sqlalchemy.exc import IntegrityError, OperationalError
 from sqlalchemy.orm import Session
 
 from .db import db_now, later
+from .domain.statuses import ExportStatus
 from .errors import LockHeld, SpeechbatchError
 from .models import Export, ItemStatus, JobLock
 from .repositories.tables import items, jobs
@@ -43,14 +44,6 @@ exports = cast(Table, Export.__table__)
 PG_UNIQUE_VIOLATION = "23505"
 PG_LOCK_NOT_AVAILABLE = "55P03"
 SQLITE_UNIQUE_VIOLATION = "SQLITE_CONSTRAINT_UNIQUE"
-
-
-class ExportStatus:
-    """Export states."""
-
-    RUNNING = "RUNNING"
-    COMPLETED = "COMPLETED"
-    FAILED = "FAILED"
 
 
 def _live(lock_id: int | ColumnElement[Any]) -> ColumnElement[bool]:

@@ -19,39 +19,12 @@ from sqlalchemy import (
 from sqlalchemy.orm import Mapped, mapped_column
 
 from .db import Base, UTCDateTime, db_now
+from .domain.statuses import ExportStatus, ItemStatus, JobStatus, RunOutcome
+
+__all__ = ["ExportStatus", "ItemStatus", "JobStatus", "RunOutcome"]
 
 # BIGINT on PostgreSQL, but INTEGER on SQLite so the column stays the rowid alias.
 Id = BigInteger().with_variant(Integer(), "sqlite")
-
-
-class JobStatus:
-    """Job states."""
-
-    PENDING = "PENDING"
-    GENERATING = "GENERATING"
-    COMPLETED = "COMPLETED"
-    FAILED = "FAILED"
-
-
-class ItemStatus:
-    """Item states."""
-
-    PENDING = "PENDING"
-    GENERATING = "GENERATING"
-    DONE = "DONE"
-    ERROR = "ERROR"
-
-
-class RunOutcome:
-    """How a run ended (RUNNING while it is live)."""
-
-    RUNNING = "RUNNING"
-    COMPLETED = "COMPLETED"
-    FAILED = "FAILED"
-    INTERRUPTED = "INTERRUPTED"
-    RECOVERED = "RECOVERED"
-    CANCELLED = "CANCELLED"
-    OVER_BUDGET = "OVER_BUDGET"
 
 
 class Organization(Base):
@@ -262,7 +235,7 @@ class Export(Base):
     organization_id: Mapped[int] = mapped_column(Id, ForeignKey("organizations.id"))
     created_by_id: Mapped[int | None] = mapped_column(Id, ForeignKey("users.id"))
     lock_id: Mapped[int | None] = mapped_column(Id, ForeignKey("job_locks.id"))
-    status: Mapped[str] = mapped_column(String(20), default="RUNNING")
+    status: Mapped[str] = mapped_column(String(20), default=ExportStatus.RUNNING)
     error_message: Mapped[str | None] = mapped_column(Text)
     file_path: Mapped[str | None] = mapped_column(String(500))
     created_at: Mapped[datetime] = mapped_column(UTCDateTime(), server_default=db_now())

@@ -42,8 +42,8 @@ from ..repositories.tables import COUNTERS, api_tokens, items, jobs, runs, users
 from ..repositories.tokens import last_use_due, token_accepted
 from ..repositories.users import UserRecord
 
-ITEM_STATUSES = (ItemStatus.PENDING, ItemStatus.GENERATING, ItemStatus.DONE, ItemStatus.ERROR)
-JOB_STATUSES = (JobStatus.PENDING, JobStatus.GENERATING, JobStatus.COMPLETED, JobStatus.FAILED)
+ITEM_STATUSES = tuple(ItemStatus)
+JOB_STATUSES = tuple(JobStatus)
 
 
 @dataclass(frozen=True)

@@ -12,22 +12,15 @@ from typing import Any
 from flask import Blueprint, Response, jsonify
 
 from ..accounts import MAX_TOKEN_NAME
+from ..domain.statuses import ExportStatus, ItemStatus, JobStatus, RunOutcome, values
 from ..services import MAX_ITEMS, MAX_TITLE, Limits
 from .context import services
 
 bp = Blueprint("openapi", __name__)
 
-JOB_STATUSES = ["PENDING", "GENERATING", "COMPLETED", "FAILED"]
-ITEM_STATUSES = ["PENDING", "GENERATING", "DONE", "ERROR"]
-RUN_OUTCOMES = [
-    "RUNNING",
-    "COMPLETED",
-    "FAILED",
-    "INTERRUPTED",
-    "RECOVERED",
-    "CANCELLED",
-    "OVER_BUDGET",
-]
+JOB_STATUSES = values(JobStatus)
+ITEM_STATUSES = values(ItemStatus)
+RUN_OUTCOMES = values(RunOutcome)
 RUN_KINDS = ["generate", "regenerate", "resume"]
 ERROR_TEXT = {
     400: "Malformed request (bad JSON, or a session call without a valid X-CSRFToken).",
@@ -176,7 +169,7 @@ SCHEMAS: dict[str, Any] = {
     "Export": _obj(
         {
             "id": ID,
-            "status": {"enum": ["RUNNING", "COMPLETED", "FAILED"]},
+            "status": {"enum": values(ExportStatus)},
             "error_message": _nullable({"type": "string"}),
             "download_url": _nullable({"type": "string", "pattern": "^/api/"}),
             "created_at": TIMESTAMP,

@@ -1,0 +1,1 @@
+"""The domain: statuses and pure rules, no I/O."""
