@@ -11,7 +11,6 @@ from collections.abc import Iterable, Sequence
 from datetime import UTC, datetime
 from typing import Any, Literal, overload
 
-from speechbatch.locks import Exports, Locks
 from speechbatch.providers.base import (
     PermanentProviderError,
     RetryableProviderError,
@@ -19,6 +18,8 @@ from speechbatch.providers.base import (
 )
 from speechbatch.read import ItemsPage, JobHead, JobPoll, ListStamp
 from speechbatch.repositories import Runs, SignIns, StaleJob, Tokens, UserRecord
+from speechbatch.repositories.exports import Exports
+from speechbatch.repositories.job_locks import Locks
 from speechbatch.repositories.resume import Resumes
 from speechbatch.repositories.slots import SlotReads
 from speechbatch.repositories.spending import Usage

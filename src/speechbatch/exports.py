@@ -31,9 +31,10 @@ from typing import Any
 from sqlalchemy.exc import OperationalError
 
 from .config import Settings
+from .domain.statuses import ExportStatus
 from .errors import ExportInProgress, LockHeld, NotFound
-from .locks import DoneAudio, ExportRecord, ExportStatus
 from .repositories import UserRecord
+from .repositories.exports import DoneAudio, ExportRecord
 from .storage import LocalStorage
 from .uow import UowFactory
 

@@ -22,7 +22,6 @@ from typing import Any, Literal, Protocol, Self, overload
 from sqlalchemy.orm import Session, sessionmaker
 
 from .db import READ_ONLY, SHORT_LOCK_WAIT
-from .locks import ExportRepository, Exports, LockRepository, Locks
 from .read import DocumentCache, JobViews, Views
 from .repositories import (
     Jobs,
@@ -39,6 +38,8 @@ from .repositories import (
     UsersRepository,
     WorkersRepository,
 )
+from .repositories.exports import ExportRepository, Exports
+from .repositories.job_locks import LockRepository, Locks
 from .repositories.resume import ResumeRepository, Resumes
 from .repositories.slots import SlotReads, SlotRepository
 from .repositories.spending import Spending, SpendingRepository

@@ -28,9 +28,10 @@ from speechbatch.app import Services
 from speechbatch.config import Settings
 from speechbatch.db import ago
 from speechbatch.exports import JOB_TYPE, RECOVERED_MESSAGE, spreadsheet_safe, wait_for_exports
-from speechbatch.locks import ExportRepository, LockRepository, exports, job_locks
 from speechbatch.models import Item
 from speechbatch.repositories import UserRecord
+from speechbatch.repositories.exports import ExportRepository, exports
+from speechbatch.repositories.job_locks import LockRepository, job_locks
 from speechbatch.services import create_admin, create_token
 from speechbatch.storage import LocalStorage
 from tests.conftest import close_services, with_settings

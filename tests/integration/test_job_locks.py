@@ -19,8 +19,8 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from speechbatch.db import ago, make_engine, make_session_factory
 from speechbatch.errors import LockHeld
-from speechbatch.locks import JobLockGrant, LockRepository, job_locks
 from speechbatch.migrate import alembic_config
+from speechbatch.repositories.job_locks import JobLockGrant, LockRepository, job_locks
 
 T = TypeVar("T")
 ORG = 1
