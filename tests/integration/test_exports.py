@@ -316,7 +316,7 @@ def test_running_export_whose_lock_is_gone_is_failed_on_read(
 
     recovered = client.get(f"/api/exports/{running['id']}", headers=auth).get_json()
     gate.set()  # the old builder wakes up: every write it tries now is fenced
-    time.sleep(0.5)
+    assert wait_for_exports(10), "the fenced builder did not end"
     after = client.get(f"/api/exports/{running['id']}", headers=auth).get_json()
 
     assert recovered["status"] == "FAILED"
