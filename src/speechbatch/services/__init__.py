@@ -1,0 +1,72 @@
+"""The service layer: plain verb functions over a unit of work. No Flask, no HTTP here.
+
+Entry points (web, CLI) and scripts call the verbs named here; each lives in the module of
+its concept (``jobs``, ``generation``, ``polls``, ``reads``, ``recovery``, ``users``).
+"""
+
+from ..accounts import create_token, hash_token
+from .generation import RunStarter, start_generation
+from .jobs import (
+    MAX_ITEMS,
+    MAX_TITLE,
+    Limits,
+    create_job,
+    parse_items_csv,
+    parse_items_text,
+    texts_of,
+    validate_job,
+)
+from .polls import (
+    AUTHENTICATION_REQUIRED,
+    Bearer,
+    Conditional,
+    lease_of,
+    never_seen,
+    read_job,
+    read_job_items,
+    read_jobs,
+)
+from .reads import (
+    database_is_up,
+    get_items_page,
+    get_job,
+    get_job_summary,
+    item_audio_key,
+    list_jobs,
+)
+from .recovery import recover_all, recover_stale
+from .users import create_admin, get_user, reset_password
+
+__all__ = [
+    "AUTHENTICATION_REQUIRED",
+    "MAX_ITEMS",
+    "MAX_TITLE",
+    "Bearer",
+    "Conditional",
+    "Limits",
+    "RunStarter",
+    "create_admin",
+    "create_job",
+    "create_token",
+    "database_is_up",
+    "get_items_page",
+    "get_job",
+    "get_job_summary",
+    "get_user",
+    "hash_token",
+    "item_audio_key",
+    "lease_of",
+    "list_jobs",
+    "never_seen",
+    "parse_items_csv",
+    "parse_items_text",
+    "read_job",
+    "read_job_items",
+    "read_jobs",
+    "recover_all",
+    "recover_stale",
+    "reset_password",
+    "start_generation",
+    "texts_of",
+    "validate_job",
+]

@@ -1,0 +1,129 @@
+"""The claim: one compare-and-set flips a job to GENERATING, then its run starts."""
+
+from __future__ import annotations
+
+import json
+import logging
+from typing import Any, Protocol
+
+from .. import metrics
+from ..config import Settings
+from ..errors import (
+    AlreadyGenerating,
+    NotFound,
+    NothingToGenerate,
+)
+from ..providers.base import TTSProvider
+from ..repositories import UserRecord
+from ..spending import check_budget
+from ..uow import UowFactory, WriteUnit
+from .polls import _job_document
+from .recovery import recover_stale
+
+log = logging.getLogger(__name__)
+
+
+class RunStarter(Protocol):
+    """What a claim needs of the runner: this process's worker id, its provider (for the
+    budget check), and starting a run."""
+
+    provider: TTSProvider
+
+    def worker_id(self) -> int: ...
+    def start(self, job_id: int, attempt: int) -> None: ...
+
+
+def start_generation(
+    uow_factory: UowFactory,
+    settings: Settings,
+    runner: RunStarter,
+    user: UserRecord,
+    job_id: int,
+    *,
+    regenerate: bool = False,
+) -> dict[str, Any]:
+    """Claim a job (compare-and-set) and start its run in this process.
+
+    Exactly one of any number of concurrent callers wins; the others get
+    AlreadyGenerating (or NothingToGenerate when every item is DONE already).
+    """
+    worker_id = runner.worker_id()
+    claimed = _claim(
+        uow_factory, settings, runner, user, job_id, worker_id, regenerate, recovery_first=True
+    )
+    if claimed is None:
+        # A dead run must not block the admin's retry: recover first (through writers of
+        # its own), then claim.
+        recover_stale(uow_factory, settings, organization_id=user.organization_id, job_id=job_id)
+        claimed = _claim(
+            uow_factory, settings, runner, user, job_id, worker_id, regenerate, recovery_first=False
+        )
+        assert claimed is not None
+    attempt, view, reason = claimed
+    if attempt is None:
+        metrics.CLAIMS.labels(result="refused").inc()
+        log.info("claim refused job=%s reason=%s", job_id, reason)
+        if reason == "not_found":
+            raise NotFound("job not found")
+        if reason == "already_generating":
+            raise AlreadyGenerating()
+        raise NothingToGenerate()
+    metrics.CLAIMS.labels(result="won").inc()
+    log.info("claim won job=%s attempt=%s regenerate=%s", job_id, attempt, regenerate)
+    runner.start(job_id, attempt)
+    assert view is not None
+    return view
+
+
+def _claim(
+    uow_factory: UowFactory,
+    settings: Settings,
+    runner: RunStarter,
+    user: UserRecord,
+    job_id: int,
+    worker_id: int,
+    regenerate: bool,
+    *,
+    recovery_first: bool,
+) -> tuple[int | None, dict[str, Any] | None, str] | None:
+    """One transaction: the job's head, the budget's hint and the claim, with the answer
+    when it wins: (attempt, view, "") or (None, None, why it was refused).
+
+    None (nothing written) when ``recovery_first`` and the job looks dead: its head
+    (one indexed statement, as a poll reads it) is what tells, so the common click pays
+    for no recovery pass.
+    """
+    with uow_factory() as uow:
+        head = uow.views.job_head(
+            job_id,
+            user.organization_id,
+            lease_seconds=settings.lease_seconds,
+            worker_dead_seconds=settings.worker_dead_seconds,
+        )
+        if recovery_first and head is not None and head.needs_recovery:
+            return None
+        check_budget(uow.spending, runner.provider, user, job_id, regenerate=regenerate)
+        attempt = uow.jobs.claim_job(
+            job_id,
+            user.organization_id,
+            regenerate=regenerate,
+            user_id=user.id,
+            worker_id=worker_id,
+        )
+        if attempt is None:
+            return None, None, uow.jobs.claim_refusal(job_id, user.organization_id)
+        # The answer shows the claim as it commits (GENERATING at the new attempt),
+        # however fast the run then goes.
+        view = _claimed_view(uow, settings, user, job_id)
+        uow.commit()
+        return attempt, view, ""
+
+
+def _claimed_view(
+    uow: WriteUnit, settings: Settings, user: UserRecord, job_id: int
+) -> dict[str, Any]:
+    """The job as the claim's own transaction sees it."""
+    head = uow.views.job_head(job_id, user.organization_id)
+    assert head is not None
+    result: dict[str, Any] = json.loads(_job_document(uow.views, head, settings, with_items=True))
+    return result

@@ -1,0 +1,287 @@
+"""Conditional reads: a job, its items and the job list as the API answers them, with ETags."""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, replace
+from datetime import timedelta
+from typing import Any
+
+from ..accounts import (
+    hash_token,
+    note_token_use,
+)
+from ..config import Settings
+from ..errors import (
+    NotFound,
+    Unauthorized,
+    ValidationError,
+)
+from ..models import JobStatus
+from ..read import ITEM_STATUSES, JOB_STATUSES, ItemsPage, JobHead, JobPoll, Views, seen_version
+from ..repositories import UserRecord
+from ..uow import ReadScope, UowFactory
+from .recovery import recover_stale
+
+log = logging.getLogger(__name__)
+
+MAX_PAGE = 200
+
+
+@dataclass(frozen=True)
+class Conditional:
+    """A conditional read's answer: the ETag, and the JSON text unless not modified."""
+
+    etag: str
+    body: str | None
+
+    @property
+    def not_modified(self) -> bool:
+        """Whether the client's copy is current (answer 304, build nothing)."""
+        return self.body is None
+
+
+def never_seen(etag: str) -> bool:
+    """An ``if_none_match`` for unconditional reads."""
+    return False
+
+
+@dataclass(frozen=True)
+class Bearer:
+    """A bearer token not looked up yet: a poll's one statement authenticates it."""
+
+    token: str
+
+
+AUTHENTICATION_REQUIRED = "a valid bearer token or a signed-in session is required"
+
+
+def _poll(
+    reads: ReadScope,
+    uow_factory: UowFactory,
+    settings: Settings,
+    who: UserRecord | Bearer,
+    job_id: int,
+    *,
+    variant: str,
+    seen_etags: Iterable[str],
+    with_items: bool = True,
+    page: ItemsPage | None = None,
+) -> JobPoll:
+    """The job's head after lease-expiry recovery and its document, unless the client's
+    ETags name this version (of ``variant``): ONE statement in the common case, which
+    also authenticates a bearer token (Unauthorized when it is unknown).
+
+    Only a job that looks dead (or has orphan items) pays for the recovery pass, through
+    writers, and is polled again.
+
+    With the scope's document cache, the statement is told the version this process
+    holds instead of the client's: an unchanged job's document then comes from the
+    cache, and each version is built at most once per process (a client that holds the
+    current version while the cache does not costs one build, then the 304).
+    """
+    seen = seen_version(seen_etags, job_id, variant)
+    documents = reads.documents
+    cached = documents.get(job_id, variant) if documents is not None else None
+
+    def once() -> JobPoll:
+        poll = reads.statement().views.poll_job(
+            job_id,
+            token_hash=hash_token(who.token) if isinstance(who, Bearer) else None,
+            organization_id=None if isinstance(who, Bearer) else who.organization_id,
+            with_items=with_items,
+            page=page,
+            seen_version=seen if cached is None else cached.version,
+            lease_seconds=settings.lease_seconds,
+            worker_dead_seconds=settings.worker_dead_seconds,
+        )
+        if poll is None:
+            raise Unauthorized(AUTHENTICATION_REQUIRED)
+        return poll
+
+    poll = once()
+    if poll.head is not None and poll.head.needs_recovery:
+        user = poll.user or who
+        assert isinstance(user, UserRecord)
+        reads.close()
+        recover_stale(uow_factory, settings, organization_id=user.organization_id, job_id=job_id)
+        poll = once()
+    if poll.token_use_due is not None:
+        note_token_use(uow_factory, poll.token_use_due)
+    if poll.head is None:
+        raise NotFound("job not found")
+    if documents is not None:
+        if poll.document is not None:
+            documents.put(job_id, variant, poll.head.version, poll.document)
+        elif cached is not None and cached.version == poll.head.version:
+            documents.hit()
+            poll = replace(poll, document=cached.text)
+    return poll
+
+
+def lease_of(head: JobHead, settings: Settings) -> dict[str, Any]:
+    """The live run's lease: its worker, and when it expires without progress (database
+    timestamps). Nothing here moves with the worker's heartbeats, so a heartbeat does
+    not change the answer (nor its ETag); a worker that stops beating for
+    ``worker_dead_seconds`` has its job recovered, which does."""
+    live = head.status == JobStatus.GENERATING
+    expires = head.last_progress_at + timedelta(seconds=settings.lease_seconds)
+    return {
+        "worker": head.worker,
+        "last_progress_at": head.last_progress_at.isoformat(),
+        "reclaim_count": head.reclaim_count,
+        "lease_seconds": settings.lease_seconds,
+        "worker_dead_seconds": settings.worker_dead_seconds,
+        "expires_at": expires.isoformat() if live else None,
+        # Items waiting for a deployment-wide provider slot or the pace (see slots.py).
+        "waiting_for_slot": head.waiting_for_slot if live else 0,
+        "waiting_for_pace": head.waiting_for_pace if live else 0,
+    }
+
+
+def _with_lease(document: str, head: JobHead, settings: Settings) -> str:
+    """The job's JSON (built by the database) with the lease spliced in."""
+    return f'{document[:-1]}, "lease": {json.dumps(lease_of(head, settings))}}}'
+
+
+def _job_document(views: Views, head: JobHead, settings: Settings, *, with_items: bool) -> str:
+    """The job's JSON, read now, with the lease spliced in."""
+    return _with_lease(views.job_json(head.id, with_items=with_items), head, settings)
+
+
+def read_job(
+    reads: ReadScope,
+    uow_factory: UowFactory,
+    settings: Settings,
+    user: UserRecord | Bearer,
+    job_id: int,
+    *,
+    with_items: bool = True,
+    if_none_match: Callable[[str], bool] = never_seen,
+    seen_etags: Iterable[str] = (),
+) -> Conditional:
+    """One job as the API shows it, after lease-expiry recovery, as a conditional read.
+
+    ``with_items=False`` leaves the items out (``?items=none``). ``user`` may be a
+    ``Bearer`` token, authenticated by the same statement. ``seen_etags`` (the client's
+    If-None-Match) lets the database skip building an answer the client has; when
+    ``if_none_match`` accepts the ETag, the answer is a 304.
+    """
+    variant = "" if with_items else "-n"
+    poll = _poll(
+        reads, uow_factory, settings, user, job_id,
+        variant=variant, seen_etags=seen_etags, with_items=with_items,
+    )  # fmt: skip
+    head = poll.head
+    assert head is not None
+    etag = head.etag(variant)
+    if if_none_match(etag):
+        return Conditional(etag, None)
+    if poll.document is None:  # the client named this version but does not match it
+        return Conditional(
+            etag, _job_document(reads.statement().views, head, settings, with_items=with_items)
+        )
+    return Conditional(etag, _with_lease(poll.document, head, settings))
+
+
+MAX_ITEMS_PAGE = 1000
+DEFAULT_ITEMS_PAGE = 100
+DEFAULT_JOBS_PAGE = 50
+
+
+# Beyond any real number of rows, and within the databases' 64-bit OFFSET.
+MAX_OFFSET = 2**53
+
+
+def _bounded(name: str, value: int | None, default: int, low: int, high: int | None) -> int:
+    """A paging parameter within bounds; ValidationError naming it otherwise."""
+    if value is None:
+        return default
+    if value < low or (high is not None and value > high):
+        bounds = f"between {low} and {high}" if high is not None else f"at least {low}"
+        raise ValidationError(f"{name} must be {bounds}", field=name)
+    return value
+
+
+def read_job_items(
+    reads: ReadScope,
+    uow_factory: UowFactory,
+    settings: Settings,
+    user: UserRecord | Bearer,
+    job_id: int,
+    *,
+    status: str | None = None,
+    offset: int | None = None,
+    limit: int | None = None,
+    if_none_match: Callable[[str], bool] = never_seen,
+    seen_etags: Iterable[str] = (),
+) -> Conditional:
+    """A page of a job's items in position order with their ``total`` (of that status),
+    after recovery, as a conditional read: ``{"items": [...], "total": int}``."""
+    if status is not None and status not in ITEM_STATUSES:
+        raise ValidationError("status must be PENDING, GENERATING, DONE or ERROR", field="status")
+    offset = _bounded("offset", offset, 0, 0, None)
+    limit = _bounded("limit", limit, DEFAULT_ITEMS_PAGE, 1, MAX_ITEMS_PAGE)
+    variant = f"-i{status or ''}-{offset}-{limit}"
+    wanted = ItemsPage(status, min(offset, MAX_OFFSET), limit)
+    poll = _poll(
+        reads, uow_factory, settings, user, job_id,
+        variant=variant, seen_etags=seen_etags, page=wanted,
+    )  # fmt: skip
+    head = poll.head
+    assert head is not None
+    etag = head.etag(variant)
+    if if_none_match(etag):
+        return Conditional(etag, None)
+    page = poll.document
+    if page is None:  # the client named this version but does not match it
+        page = reads.statement().views.items_json(
+            head.id, status=status, offset=wanted.offset, limit=limit
+        )
+    total = head.total if status is None else head.counts[status]
+    return Conditional(etag, f'{{"items": {page}, "total": {total}}}')
+
+
+def read_jobs(
+    reads: ReadScope,
+    uow_factory: UowFactory,
+    settings: Settings,
+    user: UserRecord,
+    *,
+    status: str | None = None,
+    page: int | None = None,
+    per_page: int | None = None,
+    if_none_match: Callable[[str], bool] = never_seen,
+) -> Conditional:
+    """A page of the organization's job summaries, newest first, after recovery:
+    ``{"jobs": [...], "total", "page", "per_page"}``, as a conditional read."""
+    if status is not None and status not in JOB_STATUSES:
+        raise ValidationError(
+            "status must be PENDING, GENERATING, COMPLETED or FAILED", field="status"
+        )
+    page = _bounded("page", page, 1, 1, None)
+    per_page = _bounded("per_page", per_page, DEFAULT_JOBS_PAGE, 1, MAX_PAGE)
+    reader = reads.reader()
+    # Lists recover dead jobs before answering; the common read only looks (one statement).
+    if reader.recovery.anything_to_recover(
+        user.organization_id,
+        lease_seconds=settings.lease_seconds,
+        worker_dead_seconds=settings.worker_dead_seconds,
+    ):
+        reads.close()
+        recover_stale(uow_factory, settings, organization_id=user.organization_id)
+        reader = reads.reader()
+    stamp = reader.views.jobs_stamp(user.organization_id, status=status)
+    etag = stamp.etag(f"-{status or ''}-{page}-{per_page}")
+    if if_none_match(etag):
+        return Conditional(etag, None)
+    jobs = reader.views.jobs_json(
+        user.organization_id,
+        status=status,
+        offset=min((page - 1) * per_page, MAX_OFFSET),
+        limit=per_page,
+    )
+    body = f'{{"jobs": {jobs}, "total": {stamp.total}, "page": {page}, "per_page": {per_page}}}'
+    return Conditional(etag, body)

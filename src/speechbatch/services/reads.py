@@ -1,0 +1,145 @@
+"""Plain reads for pages and answers: documents, the audio of an item, the health check."""
+
+from __future__ import annotations
+
+import json
+import logging
+from typing import Any
+
+from ..config import Settings
+from ..errors import (
+    NotFound,
+)
+from ..repositories import UserRecord
+from ..uow import ReadScope, UowFactory
+from .polls import DEFAULT_ITEMS_PAGE, Conditional, read_job, read_job_items, read_jobs
+
+log = logging.getLogger(__name__)
+
+
+def database_is_up(uow_factory: UowFactory) -> bool:
+    """Whether the database answers a trivial query."""
+    try:
+        with uow_factory(read_only=True) as uow:
+            uow.views.ping()
+    except Exception:
+        log.warning("database health check failed", exc_info=True)
+        return False
+    return True
+
+
+def _document(answer: Conditional) -> dict[str, Any]:
+    assert answer.body is not None
+    result: dict[str, Any] = json.loads(answer.body)
+    return result
+
+
+def _scope(uow_factory: UowFactory, reads: ReadScope | None) -> ReadScope:
+    """The caller's read transaction, or a new one (closed by the caller's ``with``)."""
+    return reads if reads is not None else ReadScope(uow_factory)
+
+
+def get_job(
+    uow_factory: UowFactory,
+    settings: Settings,
+    user: UserRecord,
+    job_id: int,
+    *,
+    reads: ReadScope | None = None,
+) -> dict[str, Any]:
+    """One job with its items and runs, after lease-expiry recovery (pages, 201 answers).
+
+    Pass the request's ``reads`` to share its read transaction."""
+    scope = _scope(uow_factory, reads)
+    try:
+        return _document(read_job(scope, uow_factory, settings, user, job_id))
+    finally:
+        if reads is None:
+            scope.close()
+
+
+def get_job_summary(
+    uow_factory: UowFactory,
+    settings: Settings,
+    user: UserRecord,
+    job_id: int,
+    *,
+    reads: ReadScope | None = None,
+) -> dict[str, Any]:
+    """One job without its items (with progress, runs and lease), after recovery: what
+    ``GET /api/jobs/ID?items=none`` answers."""
+    scope = _scope(uow_factory, reads)
+    try:
+        answer = read_job(scope, uow_factory, settings, user, job_id, with_items=False)
+        return _document(answer)
+    finally:
+        if reads is None:
+            scope.close()
+
+
+def get_items_page(
+    uow_factory: UowFactory,
+    settings: Settings,
+    user: UserRecord,
+    job_id: int,
+    *,
+    status: str | None = None,
+    offset: int = 0,
+    limit: int = DEFAULT_ITEMS_PAGE,
+    reads: ReadScope | None = None,
+) -> dict[str, Any]:
+    """A page of a job's items: ``{"items": [...], "total": int}``, after recovery; what
+    ``GET /api/jobs/ID/items`` answers."""
+    scope = _scope(uow_factory, reads)
+    try:
+        answer = read_job_items(
+            scope, uow_factory, settings, user, job_id, status=status, offset=offset, limit=limit
+        )
+        return _document(answer)
+    finally:
+        if reads is None:
+            scope.close()
+
+
+def list_jobs(
+    uow_factory: UowFactory,
+    settings: Settings,
+    user: UserRecord,
+    *,
+    status: str | None = None,
+    page: int = 1,
+    per_page: int | None = None,
+    reads: ReadScope | None = None,
+) -> tuple[list[dict[str, Any]], int]:
+    """An organization's job summaries, newest first, after recovery; and the total."""
+    scope = _scope(uow_factory, reads)
+    try:
+        answer = _document(
+            read_jobs(
+                scope, uow_factory, settings, user, status=status, page=page, per_page=per_page
+            )
+        )
+    finally:
+        if reads is None:
+            scope.close()
+    return answer["jobs"], answer["total"]
+
+
+def item_audio_key(
+    uow_factory: UowFactory,
+    user: UserRecord,
+    job_id: int,
+    item_id: int,
+    *,
+    reads: ReadScope | None = None,
+) -> str:
+    """The storage key of an item's audio; NotFound when it has none or is not yours."""
+    scope = _scope(uow_factory, reads)
+    try:
+        key = scope.reader().views.item_audio(job_id, item_id, user.organization_id)
+    finally:
+        if reads is None:
+            scope.close()
+    if key is None:
+        raise NotFound("no audio for this item")
+    return key

@@ -1,0 +1,92 @@
+"""Lease-expiry recovery on the read path: dead runs end FAILED, orphan items ERROR."""
+
+from __future__ import annotations
+
+import logging
+
+from sqlalchemy.exc import OperationalError
+
+from .. import metrics
+from ..config import Settings
+from ..uow import UowFactory
+
+log = logging.getLogger(__name__)
+
+
+def recover_stale(
+    uow_factory: UowFactory,
+    settings: Settings,
+    *,
+    organization_id: int | None = None,
+    job_id: int | None = None,
+) -> int:
+    """Lease-expiry recovery: end dead runs and fix orphan items; return how many jobs.
+
+    Each job is recovered in its own short transaction, by a writer that waits for a busy
+    row (or a busy SQLite) no longer than ``lock_timeout``: a row that another process
+    holds, even one frozen inside its transaction, is left for a later read, and the read
+    answers the state as it is. A read never fails, nor hangs, because of recovery.
+    """
+    recovered = 0
+    try:
+        with uow_factory(read_only=True) as uow:
+            stale = uow.recovery.find_stale_jobs(
+                lease_seconds=settings.lease_seconds,
+                worker_dead_seconds=settings.worker_dead_seconds,
+                organization_id=organization_id,
+                job_id=job_id,
+            )
+            orphans = uow.recovery.find_orphan_item_jobs(
+                organization_id=organization_id, job_id=job_id
+            )
+    except OperationalError:
+        log.warning("recovery check skipped: database busy", exc_info=True)
+        return 0
+    for job in stale:
+        if job.reason == "lease":
+            message = (
+                f"auto-recovered: no progress for over {settings.lease_seconds:g} s; "
+                "Retry resumes without paying again for DONE items"
+            )
+        else:
+            message = (
+                f"auto-recovered: worker {job.worker} stopped heartbeating; "
+                "Retry resumes without paying again for DONE items"
+            )
+        try:
+            with uow_factory.impatient_writer() as uow:
+                won = uow.recovery.recover_stale_job(
+                    job,
+                    lease_seconds=settings.lease_seconds,
+                    worker_dead_seconds=settings.worker_dead_seconds,
+                    message=message,
+                )
+                uow.commit()
+        except OperationalError:
+            log.warning("recovery of job %s skipped: row busy", job.job_id, exc_info=True)
+            continue
+        if won:
+            recovered += 1
+            metrics.RECOVERIES.labels(reason=job.reason).inc()
+            metrics.RUNS.labels(outcome="RECOVERED").inc()
+            log.warning(
+                "job recovered job=%s attempt=%s reason=%s worker=%s",
+                job.job_id, job.attempt, job.reason, job.worker,
+            )  # fmt: skip
+        else:
+            log.info("recovery lost the race job=%s attempt=%s", job.job_id, job.attempt)
+    for orphan_job_id in orphans:
+        try:
+            with uow_factory.impatient_writer() as uow:
+                uow.recovery.recover_orphan_items(
+                    orphan_job_id, "auto-recovered: left GENERATING after its run ended"
+                )
+                uow.commit()
+        except OperationalError:
+            log.warning("orphan items of job %s skipped: row busy", orphan_job_id)
+    return recovered
+
+
+def recover_all(uow_factory: UowFactory, settings: Settings) -> int:
+    """Sweep every organization's dead jobs now; return how many were recovered."""
+    return recover_stale(uow_factory, settings)
