@@ -35,7 +35,7 @@ from .domain.statuses import ExportStatus
 from .errors import ExportInProgress, LockHeld, NotFound
 from .repositories import UserRecord
 from .repositories.exports import DoneAudio, ExportRecord
-from .storage import LocalStorage
+from .services.ports import Storage
 from .uow import UowFactory
 
 log = logging.getLogger(__name__)
@@ -115,7 +115,7 @@ def recover_exports(
 
 
 def start_export(
-    uow_factory: UowFactory, settings: Settings, storage: LocalStorage, user: UserRecord
+    uow_factory: UowFactory, settings: Settings, storage: Storage, user: UserRecord
 ) -> dict[str, Any]:
     """Take the organization's export lock, record the export and start building it.
 
@@ -195,7 +195,7 @@ class _LockLost(Exception):
 class ExportBuilder:
     """Builds one export's ZIP in a background thread while renewing its lock."""
 
-    def __init__(self, uow_factory: UowFactory, storage: LocalStorage, task: ExportTask) -> None:
+    def __init__(self, uow_factory: UowFactory, storage: Storage, task: ExportTask) -> None:
         self._uow_factory = uow_factory
         self._storage = storage
         self.task = task

@@ -19,8 +19,8 @@ from .models import ItemStatus
 from .providers.base import TTSProvider
 from .repositories import UserRecord
 from .repositories.spending import Spending, Usage
-from .runner import Runner
-from .storage import TEMP_PREFIX, LocalStorage
+from .services.ports import RunControl, Storage
+from .storage import TEMP_PREFIX
 from .uow import UowFactory
 
 log = logging.getLogger(__name__)
@@ -178,7 +178,7 @@ def set_budget(uow_factory: UowFactory, org_slug: str, characters: int | None) -
 
 
 def cancel_generation(
-    uow_factory: UowFactory, runner: Runner, user: UserRecord, job_id: int
+    uow_factory: UowFactory, runner: RunControl, user: UserRecord, job_id: int
 ) -> int:
     """Cancel the job's live run: one compare-and-set at its attempt; the fence does the rest.
 
@@ -203,7 +203,7 @@ def cancel_generation(
 
 
 def collect_garbage(
-    uow_factory: UowFactory, storage: LocalStorage, *, min_age_seconds: float = GC_MIN_AGE_SECONDS
+    uow_factory: UowFactory, storage: Storage, *, min_age_seconds: float = GC_MIN_AGE_SECONDS
 ) -> list[str]:
     """Delete stored files that no item and no export refers to, older than ``min_age``.
 

@@ -4,7 +4,9 @@ Entry points (web, CLI) and scripts call the verbs named here; each lives in the
 its concept (``jobs``, ``generation``, ``polls``, ``reads``, ``recovery``, ``users``).
 """
 
-from ..accounts import create_token, hash_token
+from ..accounts import authenticate_token, create_token, hash_token
+from ..repositories import UserRecord
+from ..uow import ReadScope
 from .generation import RunStarter, start_generation
 from .jobs import (
     MAX_ITEMS,
@@ -33,6 +35,7 @@ from .reads import (
     get_job_summary,
     item_audio_key,
     list_jobs,
+    open_reads,
 )
 from .recovery import recover_all, recover_stale
 from .users import create_admin, get_user, reset_password
@@ -44,7 +47,10 @@ __all__ = [
     "Bearer",
     "Conditional",
     "Limits",
+    "ReadScope",
     "RunStarter",
+    "UserRecord",
+    "authenticate_token",
     "create_admin",
     "create_job",
     "create_token",
@@ -58,6 +64,7 @@ __all__ = [
     "lease_of",
     "list_jobs",
     "never_seen",
+    "open_reads",
     "parse_items_csv",
     "parse_items_text",
     "read_job",

@@ -10,6 +10,7 @@ from ..config import Settings
 from ..errors import (
     NotFound,
 )
+from ..read import DocumentCache
 from ..repositories import UserRecord
 from ..uow import ReadScope, UowFactory
 from .polls import DEFAULT_ITEMS_PAGE, Conditional, read_job, read_job_items, read_jobs
@@ -32,6 +33,12 @@ def _document(answer: Conditional) -> dict[str, Any]:
     assert answer.body is not None
     result: dict[str, Any] = json.loads(answer.body)
     return result
+
+
+def open_reads(uow_factory: UowFactory, documents: DocumentCache | None = None) -> ReadScope:
+    """A request's read transaction: the user lookup and the answer share it (the caller
+    closes it)."""
+    return ReadScope(uow_factory, documents)
 
 
 def _scope(uow_factory: UowFactory, reads: ReadScope | None) -> ReadScope:

@@ -6,25 +6,23 @@ import logging
 
 from flask import Flask, current_app, g, request, session
 
-from ..accounts import authenticate_token
-from ..app import Services
-from ..repositories import UserRecord
-from ..services import get_user
-from ..uow import ReadScope
+from ..services import ReadScope, UserRecord, authenticate_token, get_user, open_reads
+from ..services.ports import AppServices
 
 log = logging.getLogger(__name__)
 
 
-def services() -> Services:
+def services() -> AppServices:
     """The app's services."""
-    return current_app.extensions["speechbatch"]
+    bundle: AppServices = current_app.extensions["speechbatch"]
+    return bundle
 
 
 def reads() -> ReadScope:
     """This request's read transaction: the user lookup and the answer share it."""
     if "reads" not in g:
         s = services()
-        g.reads = ReadScope(s.uow_factory, s.documents)
+        g.reads = open_reads(s.uow_factory, s.documents)
     scope: ReadScope = g.reads
     return scope
 
