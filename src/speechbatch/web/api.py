@@ -11,7 +11,7 @@ from flask_wtf.csrf import validate_csrf
 
 from .. import services as svc
 from ..errors import BadRequest, NotFound, Unauthorized, ValidationError
-from ..repositories import UserRecord
+from ..services import UserRecord
 from .context import bearer_token, bearer_user, reads, services, session_user
 from .errors import error_response
 

@@ -23,9 +23,9 @@ from werkzeug.wrappers import Response
 
 from .. import accounts
 from .. import services as svc
+from ..domain.statuses import ItemStatus, JobStatus, RunOutcome
 from ..errors import Conflict, NotFound, TooManySignIns, ValidationError
-from ..models import ItemStatus, JobStatus, RunOutcome
-from ..repositories import UserRecord
+from ..services import UserRecord
 from .context import reads, services, session_user
 
 bp = Blueprint("pages", __name__)

@@ -15,8 +15,8 @@ from werkzeug.wrappers import Response
 
 from .. import services as svc
 from .. import spending
+from ..domain.statuses import JobStatus
 from ..errors import NotGenerating
-from ..models import JobStatus
 from .api import current, require_user
 from .context import services
 from .pages import current as page_user
