@@ -5,10 +5,18 @@ from __future__ import annotations
 import hashlib
 import json
 from collections.abc import Callable
-
-from .providers.base import TTSProvider
+from typing import Protocol
 
 Fingerprinter = Callable[[int, str, str], str]
+
+
+class Speaker(Protocol):
+    """What a fingerprint takes of a provider: its name and the format of its audio."""
+
+    @property
+    def name(self) -> str: ...
+    @property
+    def file_extension(self) -> str: ...
 
 
 def audio_fingerprint(
@@ -23,7 +31,7 @@ def audio_fingerprint(
     return hashlib.sha256(json.dumps(request, ensure_ascii=False).encode()).hexdigest()
 
 
-def fingerprinter(provider: TTSProvider) -> Fingerprinter:
+def fingerprinter(provider: Speaker) -> Fingerprinter:
     """``f(organization_id, voice, text)`` for the configured provider."""
     name, model, fmt = provider.name, str(getattr(provider, "model", "")), provider.file_extension
 
