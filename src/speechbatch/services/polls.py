@@ -20,7 +20,17 @@ from ..errors import (
     ValidationError,
 )
 from ..models import JobStatus
-from ..read import ITEM_STATUSES, JOB_STATUSES, ItemsPage, JobHead, JobPoll, Views, seen_version
+from ..read import (
+    ITEM_STATUSES,
+    JOB_STATUSES,
+    DocumentCache,
+    ItemsPage,
+    JobHead,
+    JobPoll,
+    Views,
+    seen_version,
+)
+from ..read.documents import Document
 from ..repositories import UserRecord
 from ..uow import ReadScope, UowFactory
 from .recovery import recover_stale
@@ -112,12 +122,19 @@ def _poll(
         note_token_use(uow_factory, poll.token_use_due)
     if poll.head is None:
         raise NotFound("job not found")
-    if documents is not None:
-        if poll.document is not None:
-            documents.put(job_id, variant, poll.head.version, poll.document)
-        elif cached is not None and cached.version == poll.head.version:
-            documents.hit()
-            poll = replace(poll, document=cached.text)
+    return poll if documents is None else _through_cache(poll, documents, cached, variant)
+
+
+def _through_cache(
+    poll: JobPoll, documents: DocumentCache, cached: Document | None, variant: str
+) -> JobPoll:
+    """Keep a document the statement built; serve the cached one it did not rebuild."""
+    assert poll.head is not None
+    if poll.document is not None:
+        documents.put(poll.head.id, variant, poll.head.version, poll.document)
+    elif cached is not None and cached.version == poll.head.version:
+        documents.hit()
+        poll = replace(poll, document=cached.text)
     return poll
 
 

@@ -8,6 +8,7 @@ from sqlalchemy.exc import OperationalError
 
 from .. import metrics
 from ..config import Settings
+from ..repositories.recovery import StaleJob
 from ..uow import UowFactory
 
 log = logging.getLogger(__name__)
@@ -27,7 +28,6 @@ def recover_stale(
     holds, even one frozen inside its transaction, is left for a later read, and the read
     answers the state as it is. A read never fails, nor hangs, because of recovery.
     """
-    recovered = 0
     try:
         with uow_factory(read_only=True) as uow:
             stale = uow.recovery.find_stale_jobs(
@@ -42,51 +42,58 @@ def recover_stale(
     except OperationalError:
         log.warning("recovery check skipped: database busy", exc_info=True)
         return 0
-    for job in stale:
-        if job.reason == "lease":
-            message = (
-                f"auto-recovered: no progress for over {settings.lease_seconds:g} s; "
-                "Retry resumes without paying again for DONE items"
-            )
-        else:
-            message = (
-                f"auto-recovered: worker {job.worker} stopped heartbeating; "
-                "Retry resumes without paying again for DONE items"
-            )
-        try:
-            with uow_factory.impatient_writer() as uow:
-                won = uow.recovery.recover_stale_job(
-                    job,
-                    lease_seconds=settings.lease_seconds,
-                    worker_dead_seconds=settings.worker_dead_seconds,
-                    message=message,
-                )
-                uow.commit()
-        except OperationalError:
-            log.warning("recovery of job %s skipped: row busy", job.job_id, exc_info=True)
-            continue
-        if won:
-            recovered += 1
-            metrics.RECOVERIES.labels(reason=job.reason).inc()
-            metrics.RUNS.labels(outcome="RECOVERED").inc()
-            log.warning(
-                "job recovered job=%s attempt=%s reason=%s worker=%s",
-                job.job_id, job.attempt, job.reason, job.worker,
-            )  # fmt: skip
-        else:
-            log.info("recovery lost the race job=%s attempt=%s", job.job_id, job.attempt)
+    recovered = sum(_recover_job(uow_factory, settings, job) for job in stale)
     for orphan_job_id in orphans:
-        try:
-            with uow_factory.impatient_writer() as uow:
-                uow.recovery.recover_orphan_items(
-                    orphan_job_id, "auto-recovered: left GENERATING after its run ended"
-                )
-                uow.commit()
-        except OperationalError:
-            log.warning("orphan items of job %s skipped: row busy", orphan_job_id)
+        _recover_orphans(uow_factory, orphan_job_id)
     return recovered
 
 
 def recover_all(uow_factory: UowFactory, settings: Settings) -> int:
     """Sweep every organization's dead jobs now; return how many were recovered."""
     return recover_stale(uow_factory, settings)
+
+
+def _dead_run_message(job: StaleJob, settings: Settings) -> str:
+    if job.reason == "lease":
+        why = f"no progress for over {settings.lease_seconds:g} s"
+    else:
+        why = f"worker {job.worker} stopped heartbeating"
+    return f"auto-recovered: {why}; Retry resumes without paying again for DONE items"
+
+
+def _recover_job(uow_factory: UowFactory, settings: Settings, job: StaleJob) -> bool:
+    """End one dead run (compare-and-set); whether this call won."""
+    try:
+        with uow_factory.impatient_writer() as uow:
+            won = uow.recovery.recover_stale_job(
+                job,
+                lease_seconds=settings.lease_seconds,
+                worker_dead_seconds=settings.worker_dead_seconds,
+                message=_dead_run_message(job, settings),
+            )
+            uow.commit()
+    except OperationalError:
+        log.warning("recovery of job %s skipped: row busy", job.job_id, exc_info=True)
+        return False
+    if not won:
+        log.info("recovery lost the race job=%s attempt=%s", job.job_id, job.attempt)
+        return False
+    metrics.RECOVERIES.labels(reason=job.reason).inc()
+    metrics.RUNS.labels(outcome="RECOVERED").inc()
+    log.warning(
+        "job recovered job=%s attempt=%s reason=%s worker=%s",
+        job.job_id, job.attempt, job.reason, job.worker,
+    )  # fmt: skip
+    return True
+
+
+def _recover_orphans(uow_factory: UowFactory, job_id: int) -> None:
+    """Items left GENERATING after their job's run ended go to ERROR."""
+    try:
+        with uow_factory.impatient_writer() as uow:
+            uow.recovery.recover_orphan_items(
+                job_id, "auto-recovered: left GENERATING after its run ended"
+            )
+            uow.commit()
+    except OperationalError:
+        log.warning("orphan items of job %s skipped: row busy", job_id)
