@@ -173,10 +173,8 @@ class JobsRepository:
         return "nothing_to_generate"
 
 
-@functools.cache
-def _claim_statements(regenerate: bool) -> dict[str, Any]:
-    """The claim's statements, built once (parameters p_job, p_org, p_user, p_worker,
-    p_kind, p_expected)."""
+def _claimable(regenerate: bool) -> tuple[list[ColumnElement[bool]], dict[str, Any]]:
+    """The claim's guard on the job row, and the counters a regenerate resets."""
     job_id, org_id = bindparam("p_job", type_=Id), bindparam("p_org", type_=Id)
     claimable = [JobStatus.PENDING, JobStatus.FAILED]
     where: list[ColumnElement[bool]] = [
@@ -192,25 +190,36 @@ def _claim_statements(regenerate: bool) -> dict[str, Any]:
         counters[jobs.c.items_pending.key] = total_items()
     else:
         where.append(not_done_items() > 0)
+    return [*where, one_of(jobs.c.status, claimable)], counters
+
+
+def _claim_update(regenerate: bool, *returning: Any) -> Any:
+    """The compare-and-set: a claimable job goes GENERATING at the next attempt."""
+    where, counters = _claimable(regenerate)
     now = db_now()
-
-    def claim(*returning: Any) -> Any:
-        return (
-            update(jobs)
-            .where(*where, one_of(jobs.c.status, claimable))
-            .values(
-                status=JobStatus.GENERATING,
-                attempt=jobs.c.attempt + 1,
-                error_message=None,
-                started_at=now,
-                finished_at=None,
-                updated_at=now,
-                version=jobs.c.version + 1,
-                **counters,
-            )
-            .returning(*returning)
+    return (
+        update(jobs)
+        .where(*where)
+        .values(
+            status=JobStatus.GENERATING,
+            attempt=jobs.c.attempt + 1,
+            error_message=None,
+            started_at=now,
+            finished_at=None,
+            updated_at=now,
+            version=jobs.c.version + 1,
+            **counters,
         )
+        .returning(*returning)
+    )
 
+
+@functools.cache
+def _claim_statements(regenerate: bool) -> dict[str, Any]:
+    """The claim's statements, built once (parameters p_job, p_org, p_user, p_worker,
+    p_kind, p_expected)."""
+    job_id = bindparam("p_job", type_=Id)
+    now = db_now()
     # A regenerate keeps the old audio downloadable until each item's new audio replaces it.
     reset = update(items).values(status=ItemStatus.PENDING, error_message=None, updated_at=now)
     run: dict[str, ColumnElement[Any]] = {
@@ -219,7 +228,7 @@ def _claim_statements(regenerate: bool) -> dict[str, Any]:
         "worker_id": bindparam("p_worker", type_=Id),
         "outcome": literal(RunOutcome.RUNNING),
     }
-    claimed = claim(jobs.c.id, jobs.c.attempt).cte("claimed")
+    claimed = _claim_update(regenerate, jobs.c.id, jobs.c.attempt).cte("claimed")
     opened = (
         insert(runs)
         .from_select(
@@ -237,7 +246,7 @@ def _claim_statements(regenerate: bool) -> dict[str, Any]:
     return {
         # Losers wait on the job row, re-check it, and write nothing.
         "pg": select(claimed.c.attempt).add_cte(*ctes),
-        "claim": claim(jobs.c.attempt),
+        "claim": _claim_update(regenerate, jobs.c.attempt),
         "reset": reset.where(items.c.job_id == job_id),
         "run": insert(runs).values(
             job_id=job_id,
