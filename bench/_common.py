@@ -12,6 +12,7 @@ import contextlib
 import json
 import os
 import platform
+import signal
 import statistics
 import subprocess
 import sys
@@ -140,6 +141,12 @@ def fake_provider(latency: float) -> Iterator[FakeProvider]:
         yield provider
     finally:
         provider.stop()
+
+
+def exit_on_sigterm() -> None:
+    """Make SIGTERM (``timeout``'s) unwind the script, so that its servers are stopped and
+    its database dropped: gunicorn runs in a session of its own and would outlive it."""
+    signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))
 
 
 def median(values: Sequence[float]) -> float:

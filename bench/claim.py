@@ -21,7 +21,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from _common import figure, percentile, write_results
+from _common import exit_on_sigterm, figure, percentile, write_results
 from _inprocess import InProcess, app_in_process
 from sqlalchemy import text
 
@@ -65,6 +65,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--samples", type=int, default=400)
     args = parser.parse_args()
+    exit_on_sigterm()
     # The provider is never called here.
     with app_in_process("http://127.0.0.1:9/v1") as unit, unit.app.test_client() as client:
         job = unit.call(

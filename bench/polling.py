@@ -25,7 +25,7 @@ import sys
 from typing import Any
 
 import requests
-from _common import fake_provider, figure, median, write_results
+from _common import exit_on_sigterm, fake_provider, figure, median, write_results
 from _http import Deployment, deployment, wrk
 
 SIZES = (10, 50, 5000)
@@ -52,6 +52,7 @@ def main() -> None:
     parser.add_argument("--duration", type=float, default=5.0)
     parser.add_argument("--connections", type=int, default=8)
     args = parser.parse_args()
+    exit_on_sigterm()
     if shutil.which("wrk") is None:
         sys.exit("wrk is missing: apt-get install -y wrk")
     with fake_provider(0.0) as provider, deployment(provider.url, workers=1) as app:

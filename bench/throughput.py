@@ -7,9 +7,10 @@ Per round, JOBS jobs of ITEMS items each (texts of their own: nothing is reused)
 clicked at once (POST .../generate from one thread each), and each job is watched as the
 job page does it, 5 times a second: a conditional read of its summary and of its first
 page of items (``If-None-Match`` with the last ETag). Efficiency = ideal / actual, where
-ideal = JOBS x ITEMS x LATENCY / 8 and actual runs from the first run's start to the last
-run's end (the runs' ``started_at`` and ``finished_at``: the database's clock). A warm-up
-round of 8 items a job comes first and is not counted (a server opens its pools once).
+ideal = JOBS x ITEMS x LATENCY / 8 (/ the lanes, JOBS x ITEM_CONCURRENCY, if fewer) and
+actual runs from the first run's start to the last run's end (the runs' ``started_at``
+and ``finished_at``: the database's clock). A warm-up round of 8 items a job comes first
+and is not counted (a server opens its pools once).
 
 Figures (medians of the rounds):
   slow: 4 jobs x 40 items, 0.5 s calls (ideal 10 s), target >= 0.95
@@ -19,7 +20,7 @@ Which worker runs a job is the worker that accepted its click (chance): each rou
 prints how the jobs fell (from gunicorn's access log), e.g. "2+2".
 
 Usage: python bench/throughput.py {slow,fast} [--rounds N] [--jobs N] [--items N]
-       [--latency S] [--poll-hz 5]
+       [--latency S] [--poll-hz 5] [--item-concurrency 4]
 """
 
 from __future__ import annotations
@@ -31,7 +32,7 @@ import time
 from datetime import datetime
 from typing import Any
 
-from _common import fake_provider, figure, median, write_results
+from _common import exit_on_sigterm, fake_provider, figure, median, write_results
 from _http import Api, Deployment, deployment
 
 SLOTS = 8
@@ -120,7 +121,12 @@ def measure(params: dict[str, Any], rounds: int) -> tuple[list[dict[str, Any]], 
     results: list[dict[str, Any]] = []
     with (
         fake_provider(params["latency"]) as provider,
-        deployment(provider.url, workers=params["workers"], PROVIDER_CONCURRENCY=SLOTS) as app,
+        deployment(
+            provider.url,
+            workers=params["workers"],
+            PROVIDER_CONCURRENCY=SLOTS,
+            ITEM_CONCURRENCY=params["item_concurrency"],
+        ) as app,
     ):
         one_round(app, "warm-up", jobs, 8, hz)
         provider.reset()
@@ -147,7 +153,9 @@ def main() -> None:
     parser.add_argument("--items", type=int, help="items per job")
     parser.add_argument("--latency", type=float, help="seconds per provider call")
     parser.add_argument("--poll-hz", type=float, default=5.0)
+    parser.add_argument("--item-concurrency", type=int, default=4, help="ITEM_CONCURRENCY")
     args = parser.parse_args()
+    exit_on_sigterm()
     jobs, items, latency, rounds, target = FIGURES[args.figure]
     jobs, items = args.jobs or jobs, args.items or items
     latency, rounds = args.latency or latency, args.rounds or rounds
@@ -157,8 +165,9 @@ def main() -> None:
         "latency": latency,
         "slots": SLOTS,
         "workers": 2,
+        "item_concurrency": args.item_concurrency,
         "poll_hz": args.poll_hz,
-        "ideal_seconds": jobs * items * latency / SLOTS,
+        "ideal_seconds": jobs * items * latency / min(SLOTS, jobs * args.item_concurrency),
     }
     results, stats = measure(params, rounds)
     print(
