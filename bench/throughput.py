@@ -32,6 +32,7 @@ import time
 from datetime import datetime
 from typing import Any
 
+import requests
 from _common import exit_on_sigterm, fake_provider, figure, median, write_results
 from _http import Api, Deployment, deployment
 
@@ -63,7 +64,11 @@ class Watcher(threading.Thread):
             while not self.stop.is_set():
                 for name, path in paths.items():
                     headers = {"If-None-Match": etags[name]} if name in etags else {}
-                    answer = session.get(self.api.base_url + path, headers=headers, timeout=30)
+                    try:
+                        answer = session.get(self.api.base_url + path, headers=headers, timeout=30)
+                    except requests.RequestException:
+                        self.statuses[0] += 1  # counted as status 0; the watch goes on
+                        continue
                     self.statuses[answer.status_code] += 1
                     if answer.status_code == 200:
                         etags[name] = answer.headers.get("ETag", "")
@@ -71,6 +76,16 @@ class Watcher(threading.Thread):
                             self.completed.set()
                 next_at += self.period
                 self.stop.wait(max(0.0, next_at - time.monotonic()))
+
+
+def ended_run(api: Api, job_id: int) -> dict[str, Any]:
+    """The job's last run once its end is written (it may come just after the status)."""
+    deadline = time.monotonic() + 30
+    while (run := api.call("GET", f"/api/jobs/{job_id}")["runs"][-1])["finished_at"] is None:
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"job {job_id}: its run has no end 30 s after COMPLETED")
+        time.sleep(0.1)
+    return dict(run)
 
 
 def one_round(app: Deployment, label: str, jobs: int, items: int, hz: float) -> dict[str, Any]:
@@ -98,7 +113,7 @@ def one_round(app: Deployment, label: str, jobs: int, items: int, hz: float) -> 
             raise RuntimeError(f"job {watcher.job_id} did not complete within 600 s")
         watcher.stop.set()
         watcher.join()
-    runs = [app.api.call("GET", f"/api/jobs/{job_id}")["runs"][-1] for job_id in ids]
+    runs = [ended_run(app.api, job_id) for job_id in ids]
     started = min(datetime.fromisoformat(r["started_at"]) for r in runs)
     finished = max(datetime.fromisoformat(r["finished_at"]) for r in runs)
     by_worker = collections.Counter(
