@@ -1,123 +1,152 @@
-"""Shared helpers of the benchmark scripts: throw-away databases, timing, results.
+"""What every benchmark shares: a throw-away database, the app's environment, the fake
+provider's process, figures and their verdicts.
 
-Every script creates its own database (PostgreSQL: CREATE DATABASE on the running
-server, dropped afterwards; SQLite: a file in a temporary directory), migrates it with
-``speechbatch.migrate.upgrade`` and writes its figures to ``bench/results/NAME.json``.
+Nothing here imports ``speechbatch`` or the tests: the app is configured by its
+``SPEECHBATCH_*`` variables and set up through ``flask --app wsgi`` (its CLI contract), so
+the same helpers serve any commit of the code.
 """
 
 from __future__ import annotations
 
 import contextlib
-import importlib
 import json
 import os
 import platform
-import shutil
+import signal
 import statistics
+import subprocess
 import sys
-import tempfile
-import threading
 import time
 import uuid
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 import psycopg
+import requests
 
 BENCH_DIR = Path(__file__).resolve().parent
 ROOT = BENCH_DIR.parent
 RESULTS_DIR = BENCH_DIR / "results"
+VENV_BIN = ROOT / ".venv" / "bin"
 PG_ADMIN_DSN = os.environ.get(
     "SPEECHBATCH_BENCH_PG_DSN", "postgresql://postgres@127.0.0.1:5432/postgres"
 )
-PG_URL_BASE = PG_ADMIN_DSN.rsplit("/", 1)[0].replace("postgresql://", "postgresql+psycopg://", 1)
-
-# The repository root, so that ``tests.fakes`` (the FakeProvider) can be imported.
-if str(ROOT) not in sys.path:
-    sys.path.insert(0, str(ROOT))
-
-
-def fake_provider(latency: float = 0.0) -> Any:
-    """The test suite's FakeProvider (tests/fakes.py)."""
-    return importlib.import_module("tests.fakes").FakeProvider(latency=latency)
-
-
-def _pg_admin() -> psycopg.Connection[Any]:
-    return psycopg.connect(PG_ADMIN_DSN, autocommit=True, connect_timeout=3)
+ADMIN_EMAIL = "bench@bench.test"
 
 
 @contextlib.contextmanager
-def fresh_database(backend: str, label: str) -> Iterator[str]:
-    """A fresh migrated database URL of ``backend``; dropped (or deleted) afterwards."""
-    from speechbatch.migrate import upgrade
-
-    if backend == "sqlite":
-        tmp = Path(tempfile.mkdtemp(prefix=f"sb_bench_{label}_"))
-        url = f"sqlite:///{tmp / 'bench.db'}"
-        try:
-            upgrade(url)
-            yield url
-        finally:
-            shutil.rmtree(tmp, ignore_errors=True)
-        return
+def pg_database(label: str) -> Iterator[str]:
+    """A fresh empty PostgreSQL database's SQLAlchemy URL; dropped afterwards."""
     name = f"sb_bench_{label}_{uuid.uuid4().hex[:8]}"
-    with _pg_admin() as conn:
+    with psycopg.connect(PG_ADMIN_DSN, autocommit=True, connect_timeout=3) as conn:
         conn.execute(f'CREATE DATABASE "{name}"')
+    base = PG_ADMIN_DSN.rsplit("/", 1)[0].replace("postgresql://", "postgresql+psycopg://", 1)
     try:
-        url = f"{PG_URL_BASE}/{name}"
-        upgrade(url)
-        yield url
+        yield f"{base}/{name}"
     finally:
-        with _pg_admin() as conn:
+        with psycopg.connect(PG_ADMIN_DSN, autocommit=True, connect_timeout=3) as conn:
             conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
 
 
-def bench_settings(database_url: str, storage_dir: str, **changes: Any) -> Any:
-    """Validated settings for a benchmark run (fake-provider voices)."""
-    from speechbatch.config import Settings
+def app_env(
+    database_url: str, provider_url: str, storage_dir: Path, **settings: Any
+) -> dict[str, str]:
+    """This process's environment minus ``SPEECHBATCH_*``, plus the app's settings.
 
-    values: dict[str, Any] = {
-        "database_url": database_url,
-        "secret_key": "bench-secret",
-        "storage_dir": storage_dir,
-        "tts_voices": ("alloy", "echo"),
-    }
-    values.update(changes)
-    return Settings(**values).validate()
-
-
-def bench_admin(services: Any) -> Any:
-    """Create the admin "bench@bench.test" of organization "bench"; its user record."""
-    return importlib.import_module("tests.helpers").new_admin(services, "bench", "bench@bench.test")
-
-
-def wait_for_runs(services: Any, timeout: float) -> None:
-    """Block until the app's runner has no live run (the run's finish is committed by then).
-
-    Joins the runs' threads rather than polling: a loop that wakes every millisecond in
-    the measured process takes the GIL from the runner's threads a thousand times a
-    second, which no deployment does (gunicorn's threads wait on their sockets).
+    ``settings`` take names without the prefix, e.g. ``PROVIDER_CONCURRENCY=8``.
     """
-    deadline = time.monotonic() + timeout
-    while runs := services.runner.live_runs():
-        names = {f"speechbatch-job-{job_id}-a{attempt}" for job_id, attempt in runs}
-        threads = [t for t in threading.enumerate() if t.name in names]
-        for thread in threads:
-            thread.join(max(0.0, deadline - time.monotonic()))
-        if time.monotonic() > deadline:
-            raise TimeoutError("the run did not end in time")
-        if not threads:  # started but not yet named, or between its pop and its end
-            time.sleep(0.001)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("SPEECHBATCH_")}
+    values: dict[str, Any] = {
+        "DATABASE_URL": database_url,
+        "SECRET_KEY": "bench-secret",
+        "TTS_PROVIDER": "openai",
+        "TTS_BASE_URL": provider_url,
+        "TTS_API_KEY": "bench-key",
+        "TTS_VOICES": "alloy",
+        "STORAGE_DIR": str(storage_dir),
+        **settings,
+    }
+    env.update({f"SPEECHBATCH_{k.upper()}": str(v) for k, v in values.items()})
+    return env
 
 
-def percentile(values: Sequence[float], pct: float) -> float:
-    """Nearest-rank percentile (pct in 0..100)."""
-    ordered = sorted(values)
-    if not ordered:
-        return float("nan")
-    rank = max(1, round(pct / 100 * len(ordered)))
-    return ordered[min(rank, len(ordered)) - 1]
+def cli(env: Mapping[str, str], *args: str) -> str:
+    """``flask --app wsgi ARGS`` from the repository root; its stdout (fails loudly)."""
+    done = subprocess.run(
+        [str(VENV_BIN / "flask"), "--app", "wsgi", *args],
+        cwd=ROOT,
+        env=dict(env),
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    if done.returncode != 0:
+        raise RuntimeError(f"flask {' '.join(args)} exited {done.returncode}:\n{done.stderr}")
+    return done.stdout
+
+
+def bootstrap(env: Mapping[str, str]) -> str:
+    """Migrate the database, create the admin of organization "bench"; an API token."""
+    cli(env, "db", "upgrade")
+    cli(env, "create-admin", "--org", "bench", "--email", ADMIN_EMAIL, "--password", "bench-pw-1")
+    # A monthly budget, so that every call is reserved against it as in a billed deployment.
+    cli(env, "set-budget", "--org", "bench", "--characters", str(10**9))
+    return cli(env, "create-token", "--email", ADMIN_EMAIL).strip().splitlines()[-1]
+
+
+class FakeProvider:
+    """``bench/fake_tts.py`` in a process of its own (loopback, a free port)."""
+
+    def __init__(self, latency: float) -> None:
+        self.proc = subprocess.Popen(
+            [sys.executable, str(BENCH_DIR / "fake_tts.py"), "--latency", f"{latency:g}"],
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+        assert self.proc.stdout is not None
+        self.port = int(self.proc.stdout.readline())
+
+    @property
+    def url(self) -> str:
+        """The base URL the app's OpenAI provider is given."""
+        return f"http://127.0.0.1:{self.port}/v1"
+
+    def stats(self) -> dict[str, int]:
+        """Calls so far and the most ever in flight at once."""
+        answer = requests.get(f"http://127.0.0.1:{self.port}/stats", timeout=5)
+        stats: dict[str, int] = answer.json()
+        return stats
+
+    def reset(self) -> None:
+        """Zero the counters."""
+        requests.post(f"http://127.0.0.1:{self.port}/reset", timeout=5)
+
+    def stop(self) -> None:
+        """Terminate the process (killed if it does not end within 10 s)."""
+        self.proc.terminate()
+        try:
+            self.proc.wait(10)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+
+
+@contextlib.contextmanager
+def fake_provider(latency: float) -> Iterator[FakeProvider]:
+    """A running ``FakeProvider`` for the block."""
+    provider = FakeProvider(latency)
+    try:
+        yield provider
+    finally:
+        provider.stop()
+
+
+def exit_on_sigterm() -> None:
+    """Make SIGTERM (``timeout``'s) unwind the script, so that its servers are stopped and
+    its database dropped: gunicorn runs in a session of its own and would outlive it."""
+    signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))
 
 
 def median(values: Sequence[float]) -> float:
@@ -125,46 +154,28 @@ def median(values: Sequence[float]) -> float:
     return statistics.median(values)
 
 
-class Timer:
-    """``with Timer() as t: ...``; ``t.seconds`` afterwards."""
-
-    seconds = 0.0
-
-    def __enter__(self) -> Timer:
-        self._start = time.perf_counter()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.seconds = time.perf_counter() - self._start
+def percentile(values: Sequence[float], pct: float) -> float:
+    """Nearest-rank percentile (pct in 0..100)."""
+    ordered = sorted(values)
+    rank = max(1, round(pct / 100 * len(ordered)))
+    return ordered[min(rank, len(ordered)) - 1]
 
 
-def print_table(title: str, header: Sequence[str], rows: Sequence[Sequence[Any]]) -> None:
-    """Print a plain aligned table."""
-
-    def cell(v: Any) -> str:
-        if isinstance(v, float):
-            return f"{v:.4g}" if abs(v) < 1e5 else f"{v:.0f}"
-        return str(v)
-
-    body = [[cell(v) for v in row] for row in rows]
-    widths = [max(len(h), *(len(r[i]) for r in body)) for i, h in enumerate(header)]
-    print(f"\n{title}")
-    print("  ".join(h.ljust(w) for h, w in zip(header, widths, strict=True)))
-    print("  ".join("-" * w for w in widths))
-    for r in body:
-        print("  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)))
+def figure(name: str, value: float, target: str, ok: bool) -> dict[str, Any]:
+    """Print one figure as ``FIGURE name = value (target ...) PASS|MISS``; its record."""
+    print(f"FIGURE {name} = {value:.3f} (target {target})  {'PASS' if ok else 'MISS'}", flush=True)
+    return {"value": round(value, 4), "target": target, "pass": ok}
 
 
-def write_results(name: str, data: dict[str, Any]) -> Path:
-    """Write ``bench/results/NAME.json`` with the machine's description."""
+def write_results(name: str, data: dict[str, Any]) -> None:
+    """Write ``bench/results/NAME.json`` with the machine's description and load."""
     RESULTS_DIR.mkdir(parents=True, exist_ok=True)
     data = {
         "benchmark": name,
-        "when": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+        "when": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         "machine": {
             "cpus": os.cpu_count(),
             "python": platform.python_version(),
-            "platform": platform.platform(),
             # Other processes share these machines: the load at the end of the run.
             "loadavg_1_5_15": os.getloadavg(),
         },
@@ -172,10 +183,4 @@ def write_results(name: str, data: dict[str, Any]) -> Path:
     }
     path = RESULTS_DIR / f"{name}.json"
     path.write_text(json.dumps(data, indent=2, default=str) + "\n")
-    print(f"\nresults written to {path.relative_to(ROOT)}")
-    return path
-
-
-def verdict(ok: bool) -> str:
-    """PASS or MISS."""
-    return "PASS" if ok else "MISS"
+    print(f"results written to {path.relative_to(ROOT)}")

@@ -1,161 +1,184 @@
-"""Helpers of the benchmarks that go through the HTTP contract: gunicorn, wrk, a fake provider.
+"""The app as a deployment runs it: ``gunicorn wsgi:app`` on loopback, its JSON API, and wrk.
 
-Nothing here imports ``speechbatch``: the app is started as ``gunicorn wsgi:app`` from the
-repository root on a fresh PostgreSQL database bootstrapped by the CLI (the test suite's
-``tests.support.server`` helpers), so the same script measures any commit of the code.
+Each benchmark that goes through HTTP starts its own server on a fresh PostgreSQL database
+(``deployment``) and stops it at the end, whatever happens: the master and its workers are
+one process group, sent SIGTERM and then, after the grace period, SIGKILL.
 """
 
 from __future__ import annotations
 
 import contextlib
+import os
 import re
+import signal
+import socket
 import subprocess
-import sys
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import requests
-from _common import BENCH_DIR, ROOT
-from tests.support.fake_provider import RemoteFakeProvider
-from tests.support.server import (
-    ApiClient,
-    GunicornServer,
-    app_env,
-    bootstrap,
-    drop_pg_database,
-    make_pg_database,
-)
+from _common import BENCH_DIR, ROOT, VENV_BIN, app_env, bootstrap, pg_database
 
-# Counts the answers by status code (wrk's own summary does not tell a 304 from a 200)
-# and prints them on one line ``STATUS 200=n 304=m`` when the run ends.
+# Counts wrk's answers by status (its summary does not tell a 304 from a 200).
 STATUS_SCRIPT = BENCH_DIR / "wrk_status.lua"
+# gunicorn's access log, one line per request: the worker's pid, the method, the path, the status.
+ACCESS_FORMAT = "%(p)s %(m)s %(U)s %(s)s"
 
 
-@dataclass
-class App:
-    """A running ``gunicorn wsgi:app`` and an authenticated API client on it."""
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
 
-    server: GunicornServer
-    api: ApiClient
-    token: str
+
+class Gunicorn:
+    """``gunicorn wsgi:app -w WORKERS --threads THREADS`` from the repository root."""
+
+    def __init__(self, env: Mapping[str, str], log_dir: Path, workers: int, threads: int) -> None:
+        self.port = _free_port()
+        self.workers = workers
+        self.log_path = log_dir / "gunicorn.log"
+        self.access_path = log_dir / "access.log"
+        command = [
+            str(VENV_BIN / "gunicorn"),
+            "wsgi:app",
+            "-w",
+            str(workers),
+            "--threads",
+            str(threads),
+            "-b",
+            f"127.0.0.1:{self.port}",
+            "--access-logfile",
+            str(self.access_path),
+            "--access-logformat",
+            ACCESS_FORMAT,
+        ]
+        with self.log_path.open("wb") as log:
+            self.proc = subprocess.Popen(
+                command,
+                cwd=ROOT,
+                env=dict(env),
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
 
     @property
     def base_url(self) -> str:
         """``http://127.0.0.1:PORT``."""
-        return self.server.base_url
+        return f"http://127.0.0.1:{self.port}"
+
+    def wait_ready(self, timeout: float = 60.0) -> None:
+        """Wait until every worker has loaded the app (gunicorn.conf.py logs each one)."""
+        deadline = time.monotonic() + timeout
+        while len(set(re.findall(r"worker ready \(pid: (\d+)\)", self.log()))) < self.workers:
+            if self.proc.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError(f"gunicorn did not start:\n{self.log()[-5000:]}")
+            time.sleep(0.1)
+        requests.get(f"{self.base_url}/healthz", timeout=10).raise_for_status()
+
+    def log(self) -> str:
+        """The server's own log (stdout and stderr)."""
+        return self.log_path.read_text(errors="replace")
+
+    def pids_of(self, method: str, path_pattern: str, status: int) -> list[int]:
+        """The workers that answered each request of ``method`` whose path matches, in order."""
+        lines = self.access_path.read_text().splitlines()
+        found = [line.split() for line in lines]
+        return [
+            int(f[0].strip("<>"))
+            for f in found
+            if f[1] == method and re.fullmatch(path_pattern, f[2]) and f[3] == str(status)
+        ]
+
+    def stop(self, grace: float = 35.0) -> None:
+        """SIGTERM the process group; SIGKILL whatever is left after ``grace`` seconds."""
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(self.proc.pid, signal.SIGTERM)
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            self.proc.wait(grace)
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(self.proc.pid, signal.SIGKILL)
+        self.proc.wait(10)
+
+
+@dataclass
+class Api:
+    """An authenticated client of the JSON API (one session per thread that uses it)."""
+
+    base_url: str
+    token: str
+
+    def session(self) -> requests.Session:
+        """A kept-alive session carrying the bearer token."""
+        session = requests.Session()
+        session.headers["Authorization"] = f"Bearer {self.token}"
+        return session
+
+    def call(self, method: str, path: str, json: Any = None, expect: int = 200) -> Any:
+        """One call on a connection of its own; its JSON (asserts the status)."""
+        with self.session() as session:
+            answer = session.request(method, self.base_url + path, json=json, timeout=120)
+        if answer.status_code != expect:
+            raise RuntimeError(f"{method} {path}: {answer.status_code} {answer.text[:500]}")
+        return answer.json() if answer.content else None
+
+    def create_job(self, texts: list[str], title: str) -> int:
+        """POST /api/jobs; the new job's id."""
+        body = {"title": title, "voice": "alloy", "items": texts}
+        return int(self.call("POST", "/api/jobs", body, expect=201)["id"])
+
+    def wait_done(self, job_id: int, timeout: float) -> dict[str, Any]:
+        """Read the job every 0.2 s until it is COMPLETED (fails on FAILED or timeout)."""
+        deadline = time.monotonic() + timeout
+        while True:
+            job: dict[str, Any] = self.call("GET", f"/api/jobs/{job_id}")
+            if job["status"] == "COMPLETED":
+                return job
+            if job["status"] == "FAILED" or time.monotonic() > deadline:
+                raise RuntimeError(f"job {job_id} is {job['status']}: {job.get('error_message')}")
+            time.sleep(0.2)
+
+
+@dataclass
+class Deployment:
+    """A running server and an admin's API client on it."""
+
+    server: Gunicorn
+    api: Api
 
 
 @contextlib.contextmanager
-def fake_provider_process(latency: float) -> Iterator[RemoteFakeProvider]:
-    """The fake TTS server in a process of its own (so that this one's GIL stays out of it)."""
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "tests.support.fake_provider", "--latency", f"{latency:g}"],
-        cwd=ROOT,
-        stdout=subprocess.PIPE,
-        text=True,
-    )
-    try:
-        assert proc.stdout is not None
-        port = int(proc.stdout.readline().strip())
-        yield RemoteFakeProvider(port)
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
-
-
-@contextlib.contextmanager
-def gunicorn_app(
-    provider_url: str, *, workers: int = 1, threads: int = 4, **settings: str | float | int
-) -> Iterator[App]:
-    """``gunicorn wsgi:app -w WORKERS --threads THREADS`` on a fresh PostgreSQL database."""
-    url = make_pg_database("sb_bench")
-    tmp = Path(tempfile.mkdtemp(prefix="sb_bench_http_"))
-    server: GunicornServer | None = None
-    try:
-        env = app_env(url, provider_url, tmp / "audio", **settings)
+def deployment(
+    provider_url: str, *, workers: int, threads: int = 4, **settings: Any
+) -> Iterator[Deployment]:
+    """gunicorn on a fresh migrated PostgreSQL database with an admin; stopped at the end."""
+    with pg_database("http") as url, tempfile.TemporaryDirectory(prefix="sb_bench_") as tmp:
+        env = app_env(url, provider_url, Path(tmp) / "audio", **settings)
         token = bootstrap(env)
-        server = GunicornServer(env, tmp, workers=workers, threads=threads, name="bench").start()
-        yield App(server, ApiClient(server.base_url, token, timeout=60), token)
-    finally:
-        if server is not None:
-            server.stop(graceful=True)
-        drop_pg_database(url)
+        server = Gunicorn(env, Path(tmp), workers, threads)
+        try:
+            server.wait_ready()
+            yield Deployment(server, Api(server.base_url, token))
+        finally:
+            server.stop()
 
 
-def wait_status(app: App, job_id: int, statuses: tuple[str, ...], timeout: float) -> Any:
-    """Poll the job's summary every 0.2 s until its status is one of ``statuses``."""
-    deadline = time.monotonic() + timeout
-    while True:
-        # ``?items=none`` is ignored by code that predates it: then this is a full read.
-        job = app.api.request("GET", f"/api/jobs/{job_id}?items=none").json()
-        if job["status"] in statuses:
-            return job
-        if time.monotonic() > deadline:
-            raise TimeoutError(f"job {job_id} still {job['status']} after {timeout:g} s")
-        time.sleep(0.2)
-
-
-def run_job(app: App, texts: list[str], timeout: float = 600) -> int:
-    """Create a job through the API and run it to COMPLETED; its id."""
-    job = app.api.create_job(texts, title=f"bench {len(texts)} items")
-    response = app.api.generate(job["id"])
-    assert response.status_code == 202, response.text
-    done = wait_status(app, job["id"], ("COMPLETED", "FAILED"), timeout)
-    assert done["status"] == "COMPLETED", done
-    return int(job["id"])
-
-
-def etag_of(app: App, path: str) -> str | None:
-    """The ETag the server sends for ``path`` (None if it sends none)."""
-    response = app.api.request("GET", path)
-    response.raise_for_status()
-    return response.headers.get("ETag")
-
-
-def wrk(url: str, duration: float, connections: int, headers: list[str]) -> dict[str, Any]:
-    """One ``wrk -t2`` run with the status-counting script; its figures."""
-    cmd = ["wrk", "-t2", f"-c{connections}", f"-d{duration:g}s", "--latency"]
-    cmd += ["-s", str(STATUS_SCRIPT)]
-    for h in headers:
-        cmd += ["-H", h]
+def wrk(url: str, seconds: float, connections: int, headers: list[str]) -> dict[str, Any]:
+    """One ``wrk -t2`` run counting statuses; requests per second and the status counts."""
+    command = ["wrk", "-t2", f"-c{connections}", f"-d{seconds:g}s", "-s", str(STATUS_SCRIPT)]
+    for header in headers:
+        command += ["-H", header]
     out = subprocess.run(
-        [*cmd, url], capture_output=True, text=True, check=True, timeout=duration + 30
+        [*command, url], capture_output=True, text=True, check=True, timeout=seconds + 30
     ).stdout
-    rps = re.search(r"Requests/sec:\s+([\d.]+)", out)
-    if rps is None:
+    rate = re.search(r"Requests/sec:\s+([\d.]+)", out)
+    if rate is None:
         raise RuntimeError(f"wrk printed no rate:\n{out}")
     statuses = re.search(r"^STATUS(.*)$", out, re.M)
-    counts = {}
-    if statuses:
-        for pair in statuses.group(1).split():
-            code, n = pair.split("=")
-            counts[code] = int(n)
-    errors = re.search(r"Socket errors:.*", out)
-    p50 = re.search(r"\s50%\s+([\d.]+\w+)", out)
-    p99 = re.search(r"\s99%\s+([\d.]+\w+)", out)
-    return {
-        "requests_per_second": float(rps.group(1)),
-        "statuses": counts,
-        "socket_errors": errors.group(0) if errors else None,
-        "latency_p50": p50.group(1) if p50 else None,
-        "latency_p99": p99.group(1) if p99 else None,
-    }
-
-
-def response_bytes(app: App, path: str) -> int:
-    """The size of one answer's body."""
-    response = requests.get(app.base_url + path, headers=auth_header(app.token), timeout=60)
-    return len(response.content)
-
-
-def auth_header(token: str) -> dict[str, str]:
-    """The bearer header as a dict."""
-    return {"Authorization": f"Bearer {token}"}
+    counts = dict(pair.split("=") for pair in statuses.group(1).split()) if statuses else {}
+    return {"rps": float(rate.group(1)), "statuses": {k: int(v) for k, v in counts.items()}}

@@ -1,0 +1,98 @@
+"""A fake OpenAI-compatible speech server for the benchmarks, run as a process of its own.
+
+``python bench/fake_tts.py --latency 0.5`` listens on a free loopback port, prints the port
+on its first line and serves until SIGTERM. ``POST /v1/audio/speech`` answers after the
+latency with a few bytes that look like MP3 (distinct per text); ``GET /stats`` answers
+``{"calls": int, "max_in_flight": int}`` (calls so far, and the most ever in flight at once,
+which must never exceed the deployment's ``PROVIDER_CONCURRENCY``); ``POST /reset`` zeroes
+both. A process of its own, so that the benchmark's GIL never delays an answer.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import signal
+import sys
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+# An empty ID3v2.4 tag and one MPEG-1 Layer III frame header: enough for a sniffer.
+_MP3_PREFIX = b"ID3\x04\x00\x00\x00\x00\x00\x00\xff\xfb\x90\x64"
+
+
+class _Counters:
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.calls = 0
+        self.in_flight = 0
+        self.max_in_flight = 0
+
+
+class _Handler(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+    # Without it every kept-alive answer stalls about 40 ms (Nagle and delayed ACK).
+    disable_nagle_algorithm = True
+    server: _Server
+
+    def log_message(self, format: str, *args: Any) -> None:
+        """Stay quiet."""
+
+    def _send(self, body: bytes, content_type: str) -> None:
+        self.send_response(200)
+        self.send_header("Content-Type", content_type)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def do_GET(self) -> None:
+        counters = self.server.counters
+        with counters.lock:
+            stats = {"calls": counters.calls, "max_in_flight": counters.max_in_flight}
+        self._send(json.dumps(stats).encode(), "application/json")
+
+    def do_POST(self) -> None:
+        raw = self.rfile.read(int(self.headers.get("Content-Length") or 0))
+        counters = self.server.counters
+        if self.path == "/reset":
+            with counters.lock:
+                counters.calls = counters.max_in_flight = 0
+            self._send(b"{}", "application/json")
+            return
+        text = str(json.loads(raw or b"{}").get("input", ""))
+        with counters.lock:
+            counters.calls += 1
+            counters.in_flight += 1
+            counters.max_in_flight = max(counters.max_in_flight, counters.in_flight)
+        try:
+            time.sleep(self.server.latency)
+        finally:
+            with counters.lock:
+                counters.in_flight -= 1
+        self._send(_MP3_PREFIX + hashlib.sha256(text.encode()).digest(), "audio/mpeg")
+
+
+class _Server(ThreadingHTTPServer):
+    daemon_threads = True
+
+    def __init__(self, latency: float) -> None:
+        super().__init__(("127.0.0.1", 0), _Handler)
+        self.latency = latency
+        self.counters = _Counters()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--latency", type=float, default=0.0, help="seconds per call")
+    args = parser.parse_args()
+    server = _Server(args.latency)
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
+    print(server.server_address[1], flush=True)
+    server.serve_forever()
+
+
+if __name__ == "__main__":
+    main()
