@@ -13,7 +13,7 @@ from flask import Flask, current_app
 from . import accounts, spending
 from . import services as svc
 from .errors import SpeechbatchError
-from .migrate import upgrade
+from .services.schema import upgrade_database
 
 
 def _services():  # type: ignore[no-untyped-def]
@@ -30,7 +30,7 @@ def register_cli(app: Flask) -> None:
     @db.command("upgrade")
     def db_upgrade() -> None:
         """Apply the Alembic migrations (idempotent)."""
-        upgrade(_services().settings.database_url)
+        upgrade_database(_services().settings.database_url)
         click.echo("database is at the latest revision")
 
     @app.cli.command("create-admin")
@@ -64,7 +64,7 @@ def register_cli(app: Flask) -> None:
     def quickstart(host: str, port: int, workers: int) -> None:
         """Migrate, create a demo admin and token, then serve the app with gunicorn."""
         s = _services()
-        upgrade(s.settings.database_url)
+        upgrade_database(s.settings.database_url)
         email, password = "admin@example.com", secrets.token_urlsafe(9)
         try:
             svc.create_admin(s.uow_factory, "demo", email, password)
