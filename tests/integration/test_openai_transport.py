@@ -10,7 +10,7 @@ from __future__ import annotations
 import ssl
 import subprocess
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
@@ -52,7 +52,7 @@ class _Handler(BaseHTTPRequestHandler):
 class _Server(ThreadingHTTPServer):
     daemon_threads = True
 
-    def __init__(self, tls: ssl.SSLContext | None, together: int | None) -> None:
+    def __init__(self, tls: ssl.SSLContext | None = None, together: int | None = None) -> None:
         super().__init__(("127.0.0.1", 0), _Handler)
         if tls is not None:
             self.socket = tls.wrap_socket(self.socket, server_side=True)
@@ -112,10 +112,10 @@ def provider(url: str, idle: float = 30.0) -> OpenAIProvider:
     return OpenAIProvider(url, "sk-test", "tts-1", ("alloy",), 5.0, session_max_idle_seconds=idle)
 
 
-def in_threads(n: int, call: object) -> list[bytes]:
+def in_threads(n: int, call: Callable[[], bytes]) -> list[bytes]:
     """Run ``call()`` in ``n`` threads at once; their answers."""
     answers: list[bytes] = []
-    threads = [threading.Thread(target=lambda: answers.append(call())) for _ in range(n)]  # type: ignore[operator]
+    threads = [threading.Thread(target=lambda: answers.append(call())) for _ in range(n)]
     for thread in threads:
         thread.start()
     for thread in threads:
