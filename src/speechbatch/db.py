@@ -25,13 +25,15 @@ from sqlalchemy import (
     literal,
     literal_column,
 )
-from sqlalchemy.engine import Dialect
+from sqlalchemy.engine import URL, Dialect, make_url
 from sqlalchemy.ext.compiler import compiles
 from sqlalchemy.orm import DeclarativeBase, sessionmaker
 from sqlalchemy.pool import NullPool
 from sqlalchemy.sql.compiler import SQLCompiler
 from sqlalchemy.sql.expression import ColumnElement, FunctionElement
 from sqlalchemy.types import TypeDecorator
+
+from .errors import ConfigError
 
 NAMING_CONVENTION = {
     "ix": "ix_%(column_0_label)s",
@@ -51,8 +53,6 @@ PG_SESSION_OPTIONS = (
     " -c idle_in_transaction_session_timeout=10000"
 )
 SQLITE_BUSY_TIMEOUT_MS = 30000
-# The longest query whose conversion psycopg caches (see _cache_item_statements).
-PSYCOPG_CACHED_STATEMENT_BYTES = 8192
 # A pooled PostgreSQL connection is pinged at checkout only when it sat unused in the pool
 # longer than this (see _ping_after_idle).
 PING_AFTER_IDLE_SECONDS = 1.0
@@ -174,6 +174,11 @@ def make_engine(url: str, *, pool: bool = True, statement_reads: bool = False) -
     sent (autocommit; one statement is one snapshot on both databases) and every session
     of its connections is read only (PostgreSQL's ``default_transaction_read_only``,
     SQLite's ``PRAGMA query_only``), so a write through it fails in the database.
+
+    A PostgreSQL URL may say when psycopg prepares a statement: ``?prepare_threshold=N``
+    (after N runs on a connection; psycopg's default is 5) or ``?prepare_threshold=none``
+    (never: for a PgBouncer in transaction mode that does not track prepared statements,
+    see docs/architecture.md).
     """
     kwargs: dict[str, Any] = {}
     if url.startswith("sqlite"):
@@ -185,53 +190,43 @@ def make_engine(url: str, *, pool: bool = True, statement_reads: bool = False) -
         engine = create_engine(url, **kwargs)
         _make_sqlite_immediate(engine, statement_reads=statement_reads)
         return engine
-    _cache_item_statements()
+    parsed, connect_args = _driver_arguments(make_url(url))
     options = PG_SESSION_OPTIONS
     if statement_reads:
         options += " -c default_transaction_read_only=on"
         kwargs["isolation_level"] = "AUTOCOMMIT"
-    kwargs["connect_args"] = {"options": options}
-    if pool:
-        # A fixed set of statements on long-lived connections: each is prepared (parsed
-        # and planned once per connection) the first time it runs there, not after
-        # psycopg's default of five runs, a count that the pool spread over its
-        # connections so that a run's statements were parsed anew nearly every time.
-        # The pool lends the connection given back last (LIFO), whose statements are
-        # prepared, and lets the others idle.
-        kwargs["connect_args"]["prepare_threshold"] = 0
-        kwargs.update(pool_timeout=10, pool_use_lifo=True)
+    kwargs["connect_args"] = {"options": options, **connect_args}
     if pool and statement_reads:
         # Only request threads read through it (the runner's transactions do not).
-        kwargs.update(pool_size=4, max_overflow=8)
+        kwargs.update(pool_timeout=10, pool_size=4, max_overflow=8)
     elif pool:
-        kwargs.update(pool_size=10, max_overflow=20)
+        kwargs.update(pool_timeout=10, pool_size=10, max_overflow=20)
     else:
         kwargs["poolclass"] = NullPool
-    engine = create_engine(url, **kwargs)
+    engine = create_engine(parsed, **kwargs)
     _ping_after_idle(engine)
     return engine
 
 
-def _cache_item_statements() -> None:
-    """Let psycopg cache the conversion of the runner's per-item statement too.
-
-    psycopg turns a query's ``%(name)s`` placeholders into ``$n`` with a regular expression
-    at every execution, and caches the result (by the query's text) only for queries of at
-    most 4,096 bytes (and 50 parameters): a limit against the endless variety of ORM-made
-    multi-row INSERTs (psycopg discussion 628). The runner's item statement (the previous
-    item's DONE, the next one's start, its bill and its slot's renewal, one statement on
-    PostgreSQL) is 5.2 KB, so it was converted afresh for every item: a third of the item
-    threads' time holding the interpreter lock (``py-spy --gil``), which they share with
-    each other and with the process's request threads. Our statements are a fixed set and
-    the cache an LRU of 128 entries, so a higher limit keeps its memory bounded all the
-    same. The limit is a module constant that psycopg reads at each conversion;
-    ``test_every_statement_of_a_run_is_converted_once_by_psycopg`` fails if that changes.
-    """
-    from psycopg import _queries
-
-    _queries.MAX_CACHED_STATEMENT_LENGTH = max(
-        _queries.MAX_CACHED_STATEMENT_LENGTH, PSYCOPG_CACHED_STATEMENT_BYTES
-    )
+def _driver_arguments(url: URL) -> tuple[URL, dict[str, Any]]:
+    """The URL without the query parameters that psycopg takes as typed keywords, and
+    those keywords: SQLAlchemy would pass ``prepare_threshold`` on as a string."""
+    value = url.query.get("prepare_threshold")
+    if value is None:
+        return url, {}
+    if not isinstance(value, str):
+        raise ConfigError("prepare_threshold is given more than once in the database URL")
+    threshold: int | None
+    if value.strip().lower() == "none":
+        threshold = None
+    else:
+        try:
+            threshold = int(value)
+        except ValueError:
+            raise ConfigError(
+                f"prepare_threshold in the database URL must be a number or none, not {value!r}"
+            ) from None
+    return url.difference_update_query(["prepare_threshold"]), {"prepare_threshold": threshold}
 
 
 def _ping_after_idle(engine: Engine) -> None:

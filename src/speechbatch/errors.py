@@ -78,6 +78,12 @@ class Conflict(SpeechbatchError):
     status = 409
 
 
+class AlreadyExists(Conflict):
+    """That already exists."""
+
+    code = "already_exists"
+
+
 class AlreadyGenerating(Conflict):
     """This job is already generating; wait for it to finish."""
 
@@ -119,3 +125,16 @@ class BudgetExceeded(Conflict):
     """The organization's monthly budget cannot pay for any item this would send."""
 
     code = "budget_exceeded"
+
+
+class DatabaseError(SpeechbatchError):
+    """The database refused a statement."""
+
+    code = "database_error"
+
+
+class DatabaseUnavailable(DatabaseError):
+    """The database is unavailable; try again shortly."""
+
+    code = "unavailable"
+    status = 503

@@ -12,16 +12,24 @@ concept.
 A statement reader serves a read of ONE statement (the common poll) without the BEGIN
 round trip: its engine runs in autocommit (one statement is one snapshot) and its
 connections' sessions are read only, so the database still refuses its writes.
+
+Driver errors leave a unit of work (its ``with`` block, ``__enter__``, ``commit``) as the
+project's own (``database_error``), with SQLAlchemy's as ``__cause__``: callers catch
+``DatabaseUnavailable`` or ``AlreadyExists``, never ``sqlalchemy.exc``.
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from types import TracebackType
 from typing import Any, Literal, Protocol, Self, overload
 
+from sqlalchemy import exc as sa_exc
 from sqlalchemy.orm import Session, sessionmaker
 
 from .db import READ_ONLY, SHORT_LOCK_WAIT
+from .errors import AlreadyExists, DatabaseError, DatabaseUnavailable, SpeechbatchError
 from .read import DocumentCache, JobViews, Views
 from .repositories import (
     Jobs,
@@ -39,10 +47,42 @@ from .repositories import (
     WorkersRepository,
 )
 from .repositories.exports import ExportRepository, Exports
-from .repositories.job_locks import LockRepository, Locks
+from .repositories.job_locks import LockRepository, Locks, is_unique_violation
 from .repositories.resume import ResumeRepository, Resumes
 from .repositories.slots import SlotReads, SlotRepository
 from .repositories.spending import Spending, SpendingRepository
+
+# What the driver and the pool raise; everything else leaves a unit of work untouched.
+_DRIVER_ERRORS = (sa_exc.DBAPIError, sa_exc.DisconnectionError, sa_exc.TimeoutError)
+
+
+def database_error(error: sa_exc.SQLAlchemyError) -> SpeechbatchError:
+    """The project's error for a driver or pool error (raise it ``from`` the original).
+
+    Unreachable, restarting, timed out or busy (a lock or statement timeout, SQLite's
+    "database is locked", an exhausted pool): DatabaseUnavailable, worth a retry. A unique
+    violation: AlreadyExists. Anything else the database refused: DatabaseError.
+    """
+    if isinstance(error, sa_exc.IntegrityError) and is_unique_violation(error):
+        return AlreadyExists()
+    if isinstance(
+        error,
+        sa_exc.OperationalError
+        | sa_exc.InterfaceError
+        | sa_exc.DisconnectionError
+        | sa_exc.TimeoutError,
+    ):
+        return DatabaseUnavailable()
+    return DatabaseError()
+
+
+@contextmanager
+def _translated() -> Iterator[None]:
+    """Driver errors raised in the block leave it as the project's (see ``database_error``)."""
+    try:
+        yield
+    except _DRIVER_ERRORS as error:
+        raise database_error(error) from error
 
 
 class ReadUnit(Protocol):
@@ -102,7 +142,12 @@ class _Unit:
     def _open(self, **execution_options: Any) -> None:
         self.session = self._session_factory()
         if execution_options:
-            self.session.connection(execution_options=execution_options)
+            try:
+                with _translated():
+                    self.session.connection(execution_options=execution_options)
+            except BaseException:
+                self.session.close()
+                raise
         self.users = UsersRepository(self.session)
         self.recovery = RecoveryRepository(self.session)
         self.views = JobViews(self.session)
@@ -120,9 +165,12 @@ class _Unit:
         tb: TracebackType | None,
     ) -> None:
         try:
-            self._end(succeeded=exc_type is None)
+            with _translated():
+                self._end(succeeded=exc_type is None)
         finally:
             self.session.close()
+        if isinstance(exc, _DRIVER_ERRORS):
+            raise database_error(exc) from exc
 
     def _end(self, succeeded: bool) -> None:
         """End the transaction: a unit that did not commit throws its work away."""
@@ -162,7 +210,7 @@ class Writer(_Unit):
     """A short writing transaction: ``with uow_factory() as uow: ...; uow.commit()``.
 
     ``short_lock_wait=True`` (a read's recovery) waits for a busy database no longer than
-    PostgreSQL's ``lock_timeout`` on SQLite too, then fails with OperationalError.
+    PostgreSQL's ``lock_timeout`` on SQLite too, then fails with DatabaseUnavailable.
     """
 
     def __init__(self, session_factory: sessionmaker[Any], *, short_lock_wait: bool = False):
@@ -178,12 +226,14 @@ class Writer(_Unit):
         return self
 
     def commit(self) -> None:
-        """Commit what this unit of work did."""
-        self.session.commit()
+        """Commit what this unit of work did (DatabaseUnavailable if it could not)."""
+        with _translated():
+            self.session.commit()
 
     def rollback(self) -> None:
         """Throw away what this unit of work did."""
-        self.session.rollback()
+        with _translated():
+            self.session.rollback()
 
 
 class UowFactory(Protocol):

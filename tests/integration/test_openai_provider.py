@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import threading
 from collections.abc import Iterator
 from email.utils import formatdate
 from typing import Any
@@ -20,7 +19,7 @@ from speechbatch.providers import (
     build_provider,
     synthesize_with_retries,
 )
-from speechbatch.providers import openai as openai_module
+from speechbatch.providers.base import CallNotSent, guarded
 from speechbatch.providers.openai import OpenAIProvider, parse_retry_after
 
 BASE = "https://tts.example.test/v1/"
@@ -76,7 +75,7 @@ def test_no_authorization_header_without_a_key(mocked: responses.RequestsMock) -
 def test_the_environments_proxy_and_ca_bundle_still_apply(
     mocked: responses.RequestsMock, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """The environment is read once per session (not at every call), still honoured."""
+    """requests reads the proxy and the CA bundle from the environment itself."""
     for name in ("NO_PROXY", "no_proxy", "https_proxy", "CURL_CA_BUNDLE"):
         monkeypatch.delenv(name, raising=False)
     monkeypatch.setenv("HTTPS_PROXY", "http://proxy.example.test:3128")
@@ -233,62 +232,47 @@ def test_api_key_never_leaks(mocked: responses.RequestsMock) -> None:
         assert KEY not in error.message
 
 
-def test_sessions_are_lent_to_one_thread_at_a_time_and_kept_between_runs(
+def test_a_refusing_send_guard_keeps_the_request_from_leaving(
     mocked: responses.RequestsMock,
 ) -> None:
-    """Concurrent calls never share a session (it is not thread-safe); the threads of a
-    later run borrow the sessions, and their connections, that an ended run left."""
-    provider = make()
-    lent: list[int] = []
-    at_once = threading.Barrier(3)
-
-    def answer(request: Any) -> tuple[int, dict[str, str], bytes]:
-        at_once.wait(5)  # all three calls in flight together
-        return 200, {}, AUDIO
-
-    mocked.add_callback(responses.POST, URL, callback=answer)
-    make_session = provider._new_session
-
-    def counted() -> requests.Session:
-        session = make_session()
-        lent.append(id(session))
-        return session
-
-    provider._sessions._make = counted
-
-    def run() -> list[bytes]:
-        answers: list[bytes] = []
-
-        def call() -> None:
-            answers.append(provider.synthesize("hi", "alloy"))
-
-        threads = [threading.Thread(target=call) for _ in range(3)]
-        for thread in threads:
-            thread.start()
-        for thread in threads:
-            thread.join()
-        return answers
-
-    assert run() == [AUDIO] * 3
-    assert len(set(lent)) == 3  # three calls at once: three sessions
-    assert run() == [AUDIO] * 3
-    assert len(lent) == 3  # the second run's threads borrowed them: none made
-
-
-def test_a_session_idle_too_long_is_replaced(mocked: responses.RequestsMock) -> None:
+    """The guard runs once per call, in the transport; a refusal sends nothing."""
     mocked.post(URL, body=AUDIO)
     provider = make()
-    now = [1000.0]
-    provider._sessions._clock = lambda: now[0]
-    with provider._sessions.lend() as first:
-        pass
-    now[0] += openai_module.SESSION_MAX_IDLE_SECONDS - 1
-    with provider._sessions.lend() as again:
-        assert again is first
-    now[0] += openai_module.SESSION_MAX_IDLE_SECONDS + 1
-    with provider._sessions.lend() as fresh:
-        assert fresh is not first
-    assert provider.synthesize("hi", "alloy") == AUDIO
+    checks: list[str] = []
+
+    def refuse() -> None:
+        checks.append("checked")
+        raise CallNotSent()
+
+    with guarded(refuse), pytest.raises(CallNotSent):
+        provider.synthesize("hi", "alloy")
+    assert checks == ["checked"]
+    assert len(mocked.calls) == 0
+    with guarded(lambda: checks.append("passed")):
+        assert provider.synthesize("hi", "alloy") == AUDIO
+    assert checks == ["checked", "passed"]
+    assert len(mocked.calls) == 1
+
+
+def test_a_refused_call_is_not_retried(mocked: responses.RequestsMock) -> None:
+    """CallNotSent is not a provider failure: the retry loop lets it through at once."""
+
+    def refuse() -> None:
+        raise CallNotSent()
+
+    labels: list[str] = []
+    with guarded(refuse), pytest.raises(CallNotSent):
+        synthesize_with_retries(
+            make(),
+            "hi",
+            "alloy",
+            max_attempts=3,
+            timeout_seconds=60,
+            sleep=lambda s: None,
+            on_result=lambda label, s: labels.append(label),
+        )
+    assert len(mocked.calls) == 0
+    assert labels == []
 
 
 def test_retries_through_503_then_succeeds(mocked: responses.RequestsMock) -> None:

@@ -1,11 +1,12 @@
-"""The PostgreSQL pool: pings, the connection it lends, prepared statements.
+"""The PostgreSQL pool: pings, and the prepared statements that the URL asks for.
 
 A ping per checkout was a round trip in each of a run's short transactions; a connection
 used a moment ago is not pinged, one idle longer than PING_AFTER_IDLE_SECONDS is, and a
 connection the database dropped while it was idle is replaced without an error.
-The pool lends the connection given back last, a statement is prepared the first time
-it runs on a connection, and a read (which ends with COMMIT) leaves the connection's
-prepared statements in place (psycopg deallocates them all at a ROLLBACK).
+``?prepare_threshold=`` in the database URL reaches psycopg (a number, or ``none`` for a
+PgBouncer that cannot keep prepared statements), and a read (which ends with COMMIT)
+leaves the connection's prepared statements in place (psycopg deallocates them all at a
+ROLLBACK).
 (PostgreSQL only: SQLite connections are files, there is nothing to ping or prepare.)
 """
 
@@ -85,14 +86,9 @@ def test_a_connection_dropped_while_idle_is_replaced(
     assert len(pings) == 1
 
 
-@pytest.mark.parametrize("backend", ["postgresql"])
-def test_the_pool_lends_the_connection_given_back_last(engine: Engine) -> None:
-    with engine.connect() as first, engine.connect() as second:
-        pids = [_backend_pid_of(c) for c in (first, second)]
-    # ``second`` was closed (given back) first, ``first`` last: that one is lent again,
-    # where a first-in-first-out pool would lend ``second``.
-    assert _backend_pid(engine) == pids[0]
-    assert _backend_pid(engine) == pids[0]
+def _threshold(connection: Any) -> Any:
+    """psycopg's prepare_threshold of the connection's DBAPI connection."""
+    return connection.connection.driver_connection.prepare_threshold
 
 
 def _backend_pid_of(connection: Any) -> int:
@@ -112,26 +108,57 @@ def _prepared(connection: Any) -> int:
 
 
 @pytest.mark.parametrize("backend", ["postgresql"])
-def test_a_statement_is_prepared_the_first_time_it_runs(engine: Engine) -> None:
-    with engine.connect() as connection:
-        assert _prepared(connection) == 0
-        assert connection.execute(text(_MARK), {"n": 1}).scalar_one() == 42
-        assert _prepared(connection) == 1
+def test_psycopgs_default_threshold_applies_without_a_setting(database_url: str) -> None:
+    engine = db.make_engine(database_url)
+    try:
+        with engine.connect() as connection:
+            assert _threshold(connection) == 5
+    finally:
+        engine.dispose()
+
+
+@pytest.mark.parametrize("backend", ["postgresql"])
+def test_prepare_threshold_zero_in_the_url_prepares_at_the_first_run(database_url: str) -> None:
+    engine = db.make_engine(database_url + "?prepare_threshold=0")
+    try:
+        with engine.connect() as connection:
+            assert _prepared(connection) == 0
+            assert connection.execute(text(_MARK), {"n": 1}).scalar_one() == 42
+            assert _prepared(connection) == 1
+    finally:
+        engine.dispose()
+
+
+@pytest.mark.parametrize("backend", ["postgresql"])
+@pytest.mark.parametrize("spelling", ["none", "None"])
+def test_prepare_threshold_none_in_the_url_never_prepares(database_url: str, spelling: str) -> None:
+    """What a PgBouncer in transaction mode without prepared-statement support needs: a
+    statement run many times on a connection is never prepared on the server."""
+    engine = db.make_engine(f"{database_url}?prepare_threshold={spelling}")
+    try:
+        with engine.connect() as connection:
+            assert _threshold(connection) is None
+            for n in range(10):
+                assert connection.execute(text(_MARK), {"n": n}).scalar_one() == 41 + n
+            assert _prepared(connection) == 0
+    finally:
+        engine.dispose()
 
 
 @pytest.mark.parametrize("backend", ["postgresql"])
 def test_a_read_keeps_the_connections_prepared_statements(database_url: str) -> None:
     """A reader ends its read-only transaction with COMMIT: a ROLLBACK would make psycopg
     deallocate every statement prepared on the connection (the runner's among them)."""
-    engine = db.make_engine(database_url)
+    engine = db.make_engine(database_url + "?prepare_threshold=0")
     uow_factory = SessionUowFactory(make_session_factory(engine))
     try:
         with uow_factory() as writer:
             pid = _backend_pid_of(writer.session)
             writer.session.execute(text(_MARK), {"n": 1})
             writer.commit()
+        # One unit at a time: the pool's one connection is lent again each time.
         with uow_factory(read_only=True) as reader:
-            assert _backend_pid_of(reader.session) == pid  # the same connection (LIFO)
+            assert _backend_pid_of(reader.session) == pid
             assert _prepared(reader.session) == 1
         with uow_factory(read_only=True) as reader:
             assert _backend_pid_of(reader.session) == pid

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import ssl
-import subprocess
 import threading
 import time
 from collections.abc import Callable
@@ -18,8 +16,6 @@ from speechbatch import create_app
 from speechbatch import runner as runner_module
 from speechbatch.app import Services
 from speechbatch.config import Settings
-from speechbatch.providers import openai as openai_module
-from speechbatch.providers.base import CallNotSent, guarded
 from speechbatch.providers.openai import OpenAIProvider
 from speechbatch.repositories import StaleJob, UserRecord
 from speechbatch.repositories.runs import RunsRepository
@@ -250,37 +246,23 @@ def test_run_stalled_before_its_call_past_a_takeover_sends_nothing(
         close_services(svc)
 
 
-@pytest.mark.parametrize("stalls", ["before_requests", "inside_urllib3"])
 def test_run_stalled_after_its_fence_check_sends_no_http_request(
-    settings: Settings, admin: UserRecord, monkeypatch: pytest.MonkeyPatch, stalls: str
+    settings: Settings, admin: UserRecord
 ) -> None:
-    """The zombie's last windows: a run passed the fresh-fence check before its call and
-    then stalled (a frozen process) while the HTTP request was being built, before
-    requests prepared it or inside urllib3 (a pooled connection taken, the request line
-    put); its job was recovered, claimed again and finished meanwhile. The transport
-    checks the fence again as the request's last step: nothing reaches the provider."""
+    """The zombie's last window: a run passed the fresh-fence check before its call and
+    then stalled (a frozen process) before requests prepared the HTTP request; its job
+    was recovered, claimed again and finished meanwhile. The transport checks the fence
+    again when requests hands it the request: nothing reaches the provider."""
     server = HttpFakeProvider().start()
     stall = _Stall()
-    provider_class: type[OpenAIProvider] = OpenAIProvider
-    if stalls == "before_requests":
 
-        class StallsAfterTheCheck(OpenAIProvider):
-            def synthesize(self, text: str, voice: str) -> bytes:
-                # After before_attempt's fresh-fence check, before requests prepares.
-                stall.here()
-                return super().synthesize(text, voice)
-
-        provider_class = StallsAfterTheCheck
-    else:
-        # After the adapter's check: only the connection's own check still covers it.
-        putrequest = openai_module._GuardedHTTPConnection.putrequest
-
-        def stalling_putrequest(self: Any, *args: Any, **kwargs: Any) -> None:
+    class StallsAfterTheCheck(OpenAIProvider):
+        def synthesize(self, text: str, voice: str) -> bytes:
+            # After before_attempt's fresh-fence check, before requests prepares.
             stall.here()
-            putrequest(self, *args, **kwargs)
+            return super().synthesize(text, voice)
 
-        monkeypatch.setattr(openai_module._GuardedHTTPConnection, "putrequest", stalling_putrequest)
-    provider = provider_class(server.url, None, "tts-1", ("alloy", "echo"), 5.0)
+    provider = StallsAfterTheCheck(server.url, None, "tts-1", ("alloy", "echo"), 5.0)
     app = create_app(with_settings(settings, worker_dead_seconds=2.0), provider=provider)
     svc = services(app)
     try:
@@ -288,53 +270,6 @@ def test_run_stalled_after_its_fence_check_sends_no_http_request(
     finally:
         stall.release.set()
         close_services(svc)
-        server.stop()
-
-
-@pytest.fixture
-def tls_server_context(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> ssl.SSLContext:
-    """A self-signed certificate for 127.0.0.1 (openssl), trusted by requests in this test."""
-    cert, key = tmp_path / "cert.pem", tmp_path / "key.pem"
-    subprocess.run(
-        ["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1",
-         "-subj", "/CN=127.0.0.1", "-addext", "subjectAltName=IP:127.0.0.1",
-         "-keyout", str(key), "-out", str(cert)],
-        check=True, capture_output=True,
-    )  # fmt: skip
-    monkeypatch.setenv("REQUESTS_CA_BUNDLE", str(cert))
-    context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
-    context.load_cert_chain(cert, key)
-    return context
-
-
-@pytest.mark.parametrize("scheme", ["http", "https"])
-@pytest.mark.parametrize("refused_by", ["adapter", "connection"])
-def test_a_send_guard_that_refuses_keeps_the_request_from_leaving(
-    refused_by: str, scheme: str, request: pytest.FixtureRequest
-) -> None:
-    """The transport runs the guard when requests hands the request over and again in the
-    connection, right before it writes: a refusal at either raises CallNotSent and the
-    provider counts no call; the next call on the same session is sent. Over HTTPS (a real
-    provider's scheme) as over HTTP: the connection's check comes after the handshake."""
-    tls = request.getfixturevalue("tls_server_context") if scheme == "https" else None
-    server = HttpFakeProvider(tls=tls).start()
-    assert server.url.startswith(f"{scheme}://")
-    try:
-        provider = OpenAIProvider(server.url, None, "tts-1", ("alloy",), 5.0)
-        checks: list[str] = []
-
-        def refuse() -> None:
-            checks.append(refused_by)
-            if refused_by == "adapter" or len(checks) == 2:
-                raise CallNotSent()
-
-        with guarded(refuse), pytest.raises(CallNotSent):
-            provider.synthesize("guarded", "alloy")
-        assert len(checks) == (1 if refused_by == "adapter" else 2)
-        assert server.calls("guarded") == 0
-        assert provider.synthesize("guarded", "alloy")
-        assert server.calls("guarded") == 1
-    finally:
         server.stop()
 
 

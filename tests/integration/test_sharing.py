@@ -347,29 +347,3 @@ def test_a_sent_item_costs_one_statement_on_postgresql_and_six_on_sqlite(
     assert sum(kind.startswith("WITH RECURSIVE") for kind in large) == 1, large
     assert renewals == ["WITH fence AS" if postgresql else "UPDATE provider_slots SET"] * 5
     assert releases == ["UPDATE provider_slots SET"], large
-
-
-@pytest.mark.parametrize("backend", ["postgresql"], indirect=True)
-def test_every_statement_of_a_run_is_converted_once_by_psycopg(
-    make_svc: Callable[..., Services], admin: UserRecord, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """psycopg rewrites placeholders at every execution of a query it does not cache;
-    the item statement (5.2 KB) was one, a third of the item threads'
-    time under the interpreter lock (``db._cache_item_statements``). No statement of a
-    run may take psycopg's uncached conversion."""
-    from psycopg import _queries
-
-    uncached: list[str] = []
-    convert = _queries._query2pg_nocache
-
-    def counting(query: bytes, *args: Any) -> Any:
-        if threading.current_thread().name.startswith("speechbatch-job-"):
-            uncached.append(query.decode()[:60])
-        return convert(query, *args)
-
-    # The cached path calls the original through its lru_cache, not this module name.
-    monkeypatch.setattr(_queries, "_query2pg_nocache", counting)
-    # One thread: each item after the first is finished and started in one statement.
-    svc = make_svc(item_concurrency=1)
-    _run_listening(svc, admin, _job(svc, admin, "a", "b", "c", "d"), "commit", lambda *_: None)
-    assert uncached == []
