@@ -12,10 +12,9 @@ import secrets
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy.exc import SQLAlchemyError
 from werkzeug.security import check_password_hash
 
-from .errors import NotFound, TooManySignIns, ValidationError
+from .errors import DatabaseError, NotFound, TooManySignIns, ValidationError
 from .repositories import TokenOwner, TokenRecord, UserRecord
 from .repositories.tokens import LAST_USE_RESOLUTION_SECONDS
 from .uow import ReadScope, UowFactory
@@ -138,7 +137,7 @@ def note_token_use(uow_factory: UowFactory, token_id: int) -> bool:
             if not uow.tokens.touch_last_used(token_id, LAST_USE_RESOLUTION_SECONDS):
                 return False
             uow.commit()
-    except SQLAlchemyError:
+    except DatabaseError:
         log.warning("writing the last use of token %s failed", token_id, exc_info=True)
         return False
     return True

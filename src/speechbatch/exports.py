@@ -28,11 +28,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from sqlalchemy.exc import OperationalError
-
 from .config import Settings
 from .domain.statuses import ExportStatus
-from .errors import ExportInProgress, LockHeld, NotFound
+from .errors import DatabaseUnavailable, ExportInProgress, LockHeld, NotFound
 from .repositories import UserRecord
 from .repositories.exports import DoneAudio, ExportRecord
 from .services.ports import Storage
@@ -106,7 +104,7 @@ def recover_exports(
                 organization_id, RECOVERED_MESSAGE, export_id=export_id
             )
             uow.commit()
-    except OperationalError:
+    except DatabaseUnavailable:
         log.warning("export recovery skipped: database busy", exc_info=True)
         return 0
     for rid in recovered:
@@ -319,7 +317,7 @@ class ExportBuilder:
                 ) and uow.exports.is_running(task.export_id, task.lock_id)
                 if won:
                     uow.commit()
-        except OperationalError:
+        except DatabaseUnavailable:
             log.warning("export %s could not renew its lock", task.export_id, exc_info=True)
             self._next_renew = now + min(1.0, self.renew_every / 3)
             return

@@ -4,10 +4,9 @@ from __future__ import annotations
 
 import logging
 
-from sqlalchemy.exc import OperationalError
-
 from .. import metrics
 from ..config import Settings
+from ..errors import DatabaseUnavailable
 from ..repositories.recovery import StaleJob
 from ..uow import UowFactory
 
@@ -39,7 +38,7 @@ def recover_stale(
             orphans = uow.recovery.find_orphan_item_jobs(
                 organization_id=organization_id, job_id=job_id
             )
-    except OperationalError:
+    except DatabaseUnavailable:
         log.warning("recovery check skipped: database busy", exc_info=True)
         return 0
     recovered = sum(_recover_job(uow_factory, settings, job) for job in stale)
@@ -72,7 +71,7 @@ def _recover_job(uow_factory: UowFactory, settings: Settings, job: StaleJob) -> 
                 message=_dead_run_message(job, settings),
             )
             uow.commit()
-    except OperationalError:
+    except DatabaseUnavailable:
         log.warning("recovery of job %s skipped: row busy", job.job_id, exc_info=True)
         return False
     if not won:
@@ -95,5 +94,5 @@ def _recover_orphans(uow_factory: UowFactory, job_id: int) -> None:
                 job_id, "auto-recovered: left GENERATING after its run ended"
             )
             uow.commit()
-    except OperationalError:
+    except DatabaseUnavailable:
         log.warning("orphan items of job %s skipped: row busy", job_id)
