@@ -52,10 +52,12 @@ from _common import (
 )
 
 from speechbatch import create_app, spending
-from speechbatch import runner as runner_module
 from speechbatch import services as svc
 from speechbatch.app import Services
 from speechbatch.repositories import spending as spending_repository
+from speechbatch.repositories.slots import SlotGrant, SlotRepository
+from speechbatch.runner import lifecycle as runner_module
+from speechbatch.runner.transactions import Transactions
 from speechbatch.storage import LocalStorage
 
 ITEMS, LATENCY, IN_FLIGHT = 96, 0.1, 8
@@ -110,11 +112,17 @@ def no_audio_write() -> Iterator[None]:
 
 @contextlib.contextmanager
 def no_slot_or_ledger_statement() -> Iterator[None]:
-    # The slot's renewal rides with the reservation (bill_call's ``carrying``): kept.
-    def bill_call(self: Any, *args: Any, carrying: Any = None) -> Any:
-        return spending_repository.Bill(True, carrying is not None)
+    # Every reservation fits and every slot is granted, without a statement.
+    def reserve(self: Any, organization_id: int, job_id: int, attempt: int, n: int) -> Any:
+        return spending_repository.Reservation(0, job_id, n, "")
 
-    with patched(spending_repository.SpendingRepository, "bill_call", bill_call):
+    def acquire(self: Any, *args: Any, **kwargs: Any) -> Any:
+        return SlotGrant(-1, -1)
+
+    with (
+        patched(spending_repository.SpendingRepository, "reserve_characters", reserve),
+        patched(SlotRepository, "acquire_slot", acquire),
+    ):
         yield
 
 
@@ -162,8 +170,8 @@ class CommitGroups:
     """Leader and followers: whoever finds no transaction in progress runs every
     request queued so far in one transaction; the others wait for its commit."""
 
-    def __init__(self, runner: runner_module.Runner, alone: Callable[[Any], Any]) -> None:
-        self._runner = runner
+    def __init__(self, transactions: Transactions, alone: Callable[[Any], Any]) -> None:
+        self._transactions = transactions
         self._alone = alone
         self._turn = threading.Condition()
         self._queue: list[_Request] = []
@@ -195,7 +203,7 @@ class CommitGroups:
         self.sizes[len(group)] += 1
         if len(group) > 1:
             try:
-                with self._runner._uow_factory() as uow:
+                with self._transactions.uow_factory() as uow:
                     results = [r.work(uow) for r in group]
                     uow.commit()
             except Exception:
@@ -217,16 +225,16 @@ ITEM_THREAD = re.compile(r"^speechbatch-job-\d+-a\d+-\d+$")
 
 @contextlib.contextmanager
 def grouped_commits() -> Iterator[None]:
-    tx = runner_module.Runner._tx
+    tx = Transactions.__call__
     groups: dict[int, CommitGroups] = {}
 
-    def grouped_tx(self: runner_module.Runner, work: Callable[[Any], Any]) -> Any:
+    def grouped_tx(self: Transactions, work: Callable[[Any], Any]) -> Any:
         if not ITEM_THREAD.match(threading.current_thread().name):
             return tx(self, work)
         group = groups.setdefault(id(self), CommitGroups(self, lambda w: tx(self, w)))
         return group.run(work)
 
-    with patched(runner_module.Runner, "_tx", grouped_tx):
+    with patched(Transactions, "__call__", grouped_tx):
         yield
 
 

@@ -25,12 +25,10 @@ Usage: python bench/slots.py [--items 96] [--latency 0.1] [--repeat 3] [--thread
 from __future__ import annotations
 
 import argparse
-import contextlib
 import logging
 import tempfile
 import threading
 import time
-from collections.abc import Iterator
 from typing import Any
 
 from _common import (
@@ -49,8 +47,8 @@ from _common import (
 from speechbatch import create_app
 from speechbatch import services as svc
 from speechbatch.app import Services
-from speechbatch.providers.base import TTSProvider
-from speechbatch.slots import Holder, ProviderGate
+from speechbatch.repositories.slots import SlotGrant
+from speechbatch.runner.gate import ProviderGate
 
 BATCH_TARGET = 0.9
 CONTENTION_TARGET = 3.0
@@ -59,30 +57,12 @@ CONTENTION_HEADER = ["backend", "alone p50 ms", "alone p99/p50", "contended p50"
                      ""]  # fmt: skip
 
 
-class _Unlimited:
-    """A holder that takes nothing: calls go straight to the provider."""
-
-    grant = None
-
-    def acquire(self) -> None:
-        pass
-
-    def release(self) -> None:
-        pass
-
-    def provider(self, inner: TTSProvider) -> TTSProvider:
-        return inner
-
-
 class UnlimitedGate(ProviderGate):
-    """The runner without deployment-wide slots or pace (the baseline)."""
+    """The runner without deployment-wide slots (the baseline): every take is granted
+    at once without a statement (its release then matches no row)."""
 
-    def try_within(self, *args: Any, **kwargs: Any) -> None:
-        return None
-
-    @contextlib.contextmanager
-    def holding(self, *args: Any, **kwargs: Any) -> Iterator[Any]:
-        yield _Unlimited()
+    def take(self, slots: Any, job_id: int, attempt: int) -> SlotGrant:
+        return SlotGrant(-1, -1)
 
 
 def batch(backend: str, args: argparse.Namespace) -> dict[str, Any]:
@@ -105,7 +85,7 @@ def batch(backend: str, args: argparse.Namespace) -> dict[str, Any]:
             rounds = [("warm-up", limited_gate)]
             rounds += [("unlimited", unlimited_gate), ("slots", limited_gate)] * args.repeat
             for n, (mode, gate) in enumerate(rounds):
-                services.runner.gate = gate
+                services.runner.gate = services.runner.items.gate = gate
                 # Distinct texts per run: reuse would skip the calls.
                 texts = [f"{mode} run {n} item {i}" for i in range(args.items)]
                 job_id = svc.create_job(
@@ -119,7 +99,7 @@ def batch(backend: str, args: argparse.Namespace) -> dict[str, Any]:
                 view = svc.get_job(services.uow_factory, settings, user, job_id)
                 assert view["status"] == "COMPLETED", view["status"]
         finally:
-            services.runner.gate = limited_gate
+            services.runner.gate = services.runner.items.gate = limited_gate
             services.runner.drain(5.0)
             services.engine.dispose()
     ideal = args.items * args.latency / 8
@@ -135,19 +115,40 @@ def batch(backend: str, args: argparse.Namespace) -> dict[str, Any]:
 
 
 class TimedGate(ProviderGate):
-    """The runner's gate, timing every acquire statement (one transaction each)."""
+    """The runner's gate, timing every acquire (one transaction each)."""
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.tries: list[float] = []
         self._tries_lock = threading.Lock()
 
-    def _try_acquire(self, job_id: int, attempt: int) -> Any:
+    def try_once(self, job_id: int, attempt: int) -> SlotGrant | None:
         t0 = time.perf_counter()
-        grant = super()._try_acquire(job_id, attempt)
+        grant = self._tx(lambda slots: self.take(slots, job_id, attempt))
         with self._tries_lock:
             self.tries.append(time.perf_counter() - t0)
         return grant
+
+
+class Holder:
+    """One call's slot through the gate: try, wait for a release, try again."""
+
+    def __init__(self, gate: TimedGate, job_id: int, attempt: int) -> None:
+        self.gate, self.job_id, self.attempt = gate, job_id, attempt
+        self.grant: SlotGrant | None = None
+
+    def acquire(self) -> None:
+        while True:
+            mark = self.gate.mark()
+            self.grant = self.gate.try_once(self.job_id, self.attempt)
+            if self.grant is not None:
+                return
+            self.gate.wait(mark, self.job_id, None)
+
+    def release(self) -> None:
+        if self.grant is not None:
+            self.gate.release(self.grant, self.job_id)
+            self.grant = None
 
 
 def contention(backend: str, args: argparse.Namespace) -> dict[str, Any]:
@@ -177,7 +178,7 @@ def contention(backend: str, args: argparse.Namespace) -> dict[str, Any]:
                 running.append((job_id, attempt))
 
             def holder(job: tuple[int, int]) -> Holder:
-                return Holder(gate, *job, lambda: False, lambda r, d: None, lambda: None)
+                return Holder(gate, *job)
 
             def probe() -> float:
                 t0 = time.perf_counter()

@@ -51,8 +51,6 @@ PG_SESSION_OPTIONS = (
     " -c idle_in_transaction_session_timeout=10000"
 )
 SQLITE_BUSY_TIMEOUT_MS = 30000
-# The longest query whose conversion psycopg caches (see _cache_item_statements).
-PSYCOPG_CACHED_STATEMENT_BYTES = 8192
 # A pooled PostgreSQL connection is pinged at checkout only when it sat unused in the pool
 # longer than this (see _ping_after_idle).
 PING_AFTER_IDLE_SECONDS = 1.0
@@ -185,7 +183,6 @@ def make_engine(url: str, *, pool: bool = True, statement_reads: bool = False) -
         engine = create_engine(url, **kwargs)
         _make_sqlite_immediate(engine, statement_reads=statement_reads)
         return engine
-    _cache_item_statements()
     options = PG_SESSION_OPTIONS
     if statement_reads:
         options += " -c default_transaction_read_only=on"
@@ -210,28 +207,6 @@ def make_engine(url: str, *, pool: bool = True, statement_reads: bool = False) -
     engine = create_engine(url, **kwargs)
     _ping_after_idle(engine)
     return engine
-
-
-def _cache_item_statements() -> None:
-    """Let psycopg cache the conversion of the runner's per-item statement too.
-
-    psycopg turns a query's ``%(name)s`` placeholders into ``$n`` with a regular expression
-    at every execution, and caches the result (by the query's text) only for queries of at
-    most 4,096 bytes (and 50 parameters): a limit against the endless variety of ORM-made
-    multi-row INSERTs (psycopg discussion 628). The runner's item statement (the previous
-    item's DONE, the next one's start, its bill and its slot's renewal, one statement on
-    PostgreSQL) is 5.2 KB, so it was converted afresh for every item: a third of the item
-    threads' time holding the interpreter lock (``py-spy --gil``), which they share with
-    each other and with the process's request threads. Our statements are a fixed set and
-    the cache an LRU of 128 entries, so a higher limit keeps its memory bounded all the
-    same. The limit is a module constant that psycopg reads at each conversion;
-    ``test_every_statement_of_a_run_is_converted_once_by_psycopg`` fails if that changes.
-    """
-    from psycopg import _queries
-
-    _queries.MAX_CACHED_STATEMENT_LENGTH = max(
-        _queries.MAX_CACHED_STATEMENT_LENGTH, PSYCOPG_CACHED_STATEMENT_BYTES
-    )
 
 
 def _ping_after_idle(engine: Engine) -> None:

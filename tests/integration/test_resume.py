@@ -14,7 +14,7 @@ from speechbatch.db import db_now
 from speechbatch.models import Item, ItemStatus, Run
 from speechbatch.repositories import UserRecord
 from speechbatch.repositories.resume import RESUME
-from speechbatch.resume import MAX_RESUMES_WITHOUT_PROGRESS, resume_interrupted
+from speechbatch.runner.loops import MAX_RESUMES_WITHOUT_PROGRESS, resume_interrupted
 from speechbatch.spending import cancel_generation
 from tests.fakes import FakeProvider
 from tests.helpers import claim, concrete, new_job, set_items, view, wait_for
@@ -162,3 +162,4 @@ def test_the_job_page_says_it_was_resumed_automatically(
     sign_in(client)
     page = client.get(f"/jobs/{job_id}").get_data(as_text=True)
     assert "resumed automatically after a restart" in page
+

@@ -15,21 +15,22 @@ The pace is one row (``provider_pace``): ``next_start_at`` is advanced by a cond
 UPDATE on the database's clock, so calls start evenly across the deployment, and a 429's
 Retry-After pushes it forward for everyone.
 
-Like ``repository.py`` this only builds queries: nothing here commits.
+This only builds queries: nothing here commits.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Protocol
 
-from sqlalchemy import Executable, Integer, column, text
+from sqlalchemy import Executable, func, select, text
 from sqlalchemy.orm import Session
-from sqlalchemy.sql.selectable import TextualSelect
 
 from ..db import UTCDateTime
-from .riders import Rider
+
+# The PostgreSQL channel a slot's release notifies (see ``runner/gate.py``).
+SLOT_CHANNEL = "speechbatch_slots"
 
 # Per dialect: the database's real time, and that time shifted by a bound number of seconds.
 _NOW = {
@@ -80,19 +81,11 @@ def _statements(dialect: str) -> dict[str, Executable]:
         f"(:cap + {_greatest(dialect, '1', jobs_running)} - 1) "
         f"/ {_greatest(dialect, '1', jobs_running)}"
     )
-    # The slot handed over (:hslot under :htoken, released by the acquirer's process and
-    # not yet in the database) counts as free: the acquire re-grants it in its statement.
-    handed = "(s.slot = :hslot AND s.token = :htoken)"
     held_by_job = (
-        f"(SELECT count(*) FROM provider_slots s WHERE s.job_id = :job "
-        f"AND {_live(dialect, 's')} AND NOT {handed})"
+        f"(SELECT count(*) FROM provider_slots s WHERE s.job_id = :job AND {_live(dialect, 's')})"
     )
-    # Whether the job holds its share once granted. RETURNING's subquery sees the new row
-    # on SQLite and the statement's snapshot (without it) on PostgreSQL.
-    granted_count = held_by_job if dialect == "sqlite" else f"({held_by_job} + 1)"
-    # Candidate numbers 0 .. cap-1, free ones only (the handed-over one first), else in
-    # random order so that concurrent acquirers rarely pick the same number (a collision
-    # costs the loser one retry).
+    # Candidate numbers 0 .. cap-1, free ones only, in random order so that concurrent
+    # acquirers rarely pick the same number (a collision costs the loser one retry).
     acquire = f"""
         WITH RECURSIVE numbers(n) AS (
             SELECT 0 UNION ALL SELECT n + 1 FROM numbers WHERE n + 1 < :cap
@@ -100,11 +93,11 @@ def _statements(dialect: str) -> dict[str, Executable]:
         INSERT INTO provider_slots (slot, token, worker_id, job_id, attempt, acquired_at)
         SELECT c.n, 1, :worker, :job, :attempt, {now}
         FROM numbers c
-        WHERE c.n NOT IN ({held} AND NOT {handed})
+        WHERE c.n NOT IN ({held})
           AND EXISTS (SELECT 1 FROM jobs j WHERE j.id = :job AND j.attempt = :attempt
                       AND j.status = 'GENERATING')
           AND {held_by_job} < {share}
-        ORDER BY c.n = :hslot DESC, random()
+        ORDER BY random()
         LIMIT 1
         ON CONFLICT (slot) DO UPDATE SET
             token = provider_slots.token + 1,
@@ -114,24 +107,37 @@ def _statements(dialect: str) -> dict[str, Executable]:
             acquired_at = excluded.acquired_at,
             released_at = NULL
         WHERE NOT ({_live(dialect, "provider_slots")})
-           OR (provider_slots.slot = :hslot AND provider_slots.token = :htoken)
-        RETURNING slot, token, {granted_count} >= {share} AS at_share
-    """
-    # Keep a held slot for the same run's next call: only while it is live under this
-    # token and the job holds no more than its fair share (this slot included).
-    renew = f"""
-        UPDATE provider_slots SET acquired_at = {now}
-        WHERE slot = :slot AND token = :token AND {_live(dialect, "provider_slots")}
-          AND (SELECT count(*) FROM provider_slots s WHERE s.job_id = :job
-                 AND {_live(dialect, "s")}) <= {share}
-        RETURNING slot
+        RETURNING slot, token
     """
     release = (
         f"UPDATE provider_slots SET released_at = {now} "
-        "WHERE slot = :slot AND token = :token AND released_at IS NULL"
+        "WHERE slot = :slot AND token = :token AND released_at IS NULL RETURNING slot"
     )
-    holds_share = f"SELECT {held_by_job} >= {share} AS holds"
     in_flight = f"SELECT count(*) FROM ({held}) h"
+    holds_share = f"SELECT {held_by_job} >= {share} AS holds"
+    wait_column = (
+        "UPDATE runs SET {column} = {column} + :delta WHERE job_id = :job AND attempt = :attempt"
+    )
+    return {
+        "acquire": text(acquire),
+        "release": text(release),
+        "in_flight": text(in_flight),
+        "holds_share": text(holds_share),
+        # The counts show in the job's answer, so its version (the ETag) moves with them.
+        "bump_job": text("UPDATE jobs SET version = version + 1 WHERE id = :job"),
+        "wait_slot": text(wait_column.format(column="waiting_for_slot")),
+        "wait_pace": text(wait_column.format(column="waiting_for_pace")),
+        "waiting": text(
+            "SELECT r.waiting_for_slot, r.waiting_for_pace FROM runs r JOIN jobs j "
+            "ON j.id = r.job_id AND j.attempt = r.attempt "
+            "WHERE j.id = :job AND j.status = 'GENERATING' AND r.outcome = 'RUNNING'"
+        ),
+        **_pace_statements(dialect),
+    }
+
+
+def _pace_statements(dialect: str) -> dict[str, Executable]:
+    now = _NOW[dialect]
     # Reserve a start time: at most one interval ahead of the database's clock, so that a
     # waiting thread holds no far-off reservation it might never use. RETURNING sees the
     # new row: the start booked is the new next_start_at minus one interval.
@@ -152,46 +158,23 @@ def _statements(dialect: str) -> dict[str, Executable]:
         f"INSERT INTO provider_pace (id, next_start_at) VALUES (1, {now}) "
         "ON CONFLICT (id) DO NOTHING"
     )
-    wait_column = (
-        "UPDATE runs SET {column} = {column} + :delta WHERE job_id = :job AND attempt = :attempt"
-    )
     times = {"starts_at": UTCDateTime(), "now": UTCDateTime(), "next_start_at": UTCDateTime()}
     return {
-        "acquire": text(acquire),
-        # A TextualSelect (its RETURNING column declared) so that it can ride as a CTE.
-        "renew": text(renew).columns(column("slot", Integer)),
-        "release": text(release),
-        "holds_share": text(holds_share),
-        "in_flight": text(in_flight),
         "reserve": text(reserve).columns(starts_at=times["starts_at"], now=times["now"]),
         "pause": text(pause).columns(next_start_at=times["next_start_at"]),
         "paused_until": text(paused_until).columns(
             next_start_at=times["next_start_at"], now=times["now"]
         ),
         "ensure_pace": text(ensure_pace),
-        # The counts show in the job's answer, so its version (the ETag) moves with them.
-        "bump_job": text("UPDATE jobs SET version = version + 1 WHERE id = :job"),
-        "wait_slot": text(wait_column.format(column="waiting_for_slot")),
-        "wait_pace": text(wait_column.format(column="waiting_for_pace")),
-        "waiting": text(
-            "SELECT r.waiting_for_slot, r.waiting_for_pace FROM runs r JOIN jobs j "
-            "ON j.id = r.job_id AND j.attempt = r.attempt "
-            "WHERE j.id = :job AND j.status = 'GENERATING' AND r.outcome = 'RUNNING'"
-        ),
     }
-
-
-_CACHE: dict[str, dict[str, Executable]] = {}
 
 
 @dataclass(frozen=True)
 class SlotGrant:
-    """A slot held: its number and the token that fences its release; ``at_share`` when
-    its job held its fair share with it, as the acquire found (not part of its identity)."""
+    """A slot held: its number and the token that fences its release."""
 
     slot: int
     token: int
-    at_share: bool = field(default=False, compare=False)
 
 
 @dataclass(frozen=True)
@@ -215,10 +198,7 @@ class SlotRepository:
 
     def __init__(self, session: Session) -> None:
         self.session = session
-        dialect = session.get_bind().dialect.name
-        if dialect not in _CACHE:
-            _CACHE[dialect] = _statements(dialect)
-        self._sql = _CACHE[dialect]
+        self._sql = _statements(session.get_bind().dialect.name)
 
     def acquire_slot(
         self,
@@ -229,7 +209,6 @@ class SlotRepository:
         capacity: int,
         worker_dead_seconds: float,
         max_hold_seconds: float,
-        handoff: SlotGrant | None = None,
     ) -> SlotGrant | None:
         """Compare-and-set: take a free (or dead holder's) slot for this run; None if none.
 
@@ -237,50 +216,37 @@ class SlotRepository:
         when the job already holds its fair share: ceil(capacity / GENERATING jobs).
         A slot held longer than ``max_hold_seconds`` (longer than any call lasts: its
         release was lost) counts as free, like one whose worker is dead.
-        ``handoff`` is a slot the caller's process gave back and has not released yet:
-        it counts as free (if still held under its token) and is granted first, so a
-        release and the acquire it lets in take one statement; when it is not granted,
-        the caller still releases it (``release_slots``).
         """
         row = self.session.execute(
             self._sql["acquire"],
             {
                 **_share_params(job_id, capacity, worker_dead_seconds, max_hold_seconds),
-                **_handed_params(handoff),
                 "worker": worker_id,
                 "attempt": attempt,
             },
         ).first()
         if row is None:
             return None
-        return SlotGrant(int(row.slot), int(row.token), bool(row.at_share))
+        return SlotGrant(int(row.slot), int(row.token))
 
-    def renewal(
-        self,
-        grant: SlotGrant,
-        job_id: int,
-        *,
-        capacity: int,
-        worker_dead_seconds: float,
-        max_hold_seconds: float,
-    ) -> Rider:
-        """Compare-and-set, as a rider: keep a slot held under ``grant`` for the job's
-        next call (its lease restarts). It wins (returns a row) unless the slot is no
-        longer live under that token (reclaimed, released, its worker dead) or the job
-        holds more than its fair share, ceil(capacity / GENERATING jobs), counting this
-        slot. The bill of that call carries it (in the item's start statement,
-        ``RunsRepository.finish_and_start_item``, or ``SpendingRepository.bill_call``);
-        ``Rider.run`` runs it alone."""
-        statement = self._sql["renew"]
-        assert isinstance(statement, TextualSelect)
-        return Rider(
-            statement,
-            {
-                **_share_params(job_id, capacity, worker_dead_seconds, max_hold_seconds),
-                "slot": grant.slot,
-                "token": grant.token,
-            },
-        )
+    def release_slot(self, grant: SlotGrant, job_id: int | None = None) -> bool:
+        """Compare-and-set: release a slot still held under this grant's token; whether it won."""
+        return self.release_slots([grant], job_id) == 1
+
+    def release_slots(self, grants: list[SlotGrant], job_id: int | None = None) -> int:
+        """Compare-and-set, for each grant: release its slot if still held under its
+        token; how many of them won. On PostgreSQL the release also notifies
+        ``SLOT_CHANNEL`` (with the job's id, if given) when it commits: waiters of every
+        process wake at once."""
+        won = 0
+        # In slot order: two transactions releasing the same rows lock them in one order.
+        for grant in sorted(grants, key=_by_slot):
+            params = {"slot": grant.slot, "token": grant.token}
+            won += self.session.execute(self._sql["release"], params).first() is not None
+        if won and self.session.get_bind().dialect.name == "postgresql":
+            payload = "" if job_id is None else str(job_id)
+            self.session.execute(select(func.pg_notify(SLOT_CHANNEL, payload)))
+        return won
 
     def holds_its_share(
         self, job_id: int, *, capacity: int, worker_dead_seconds: float, max_hold_seconds: float
@@ -288,22 +254,8 @@ class SlotRepository:
         """Whether the job holds its fair share of live slots, ceil(capacity / GENERATING
         jobs): an acquire for it is refused until one of its slots is released (or
         another job stops running)."""
-        params = {
-            **_share_params(job_id, capacity, worker_dead_seconds, max_hold_seconds),
-            **_handed_params(None),
-        }
+        params = _share_params(job_id, capacity, worker_dead_seconds, max_hold_seconds)
         return bool(self.session.execute(self._sql["holds_share"], params).scalar_one())
-
-    def release_slot(self, grant: SlotGrant) -> bool:
-        """Compare-and-set: release a slot still held under this grant's token; whether it won."""
-        return self.release_slots([grant]) == 1
-
-    def release_slots(self, grants: list[SlotGrant]) -> int:
-        """Compare-and-set, for each grant: release its slot if still held under its
-        token; how many of them won (one round trip on PostgreSQL)."""
-        params = [{"slot": g.slot, "token": g.token} for g in sorted(grants, key=_by_slot)]
-        # In slot order: two transactions releasing the same rows lock them in one order.
-        return self.session.connection().execute(self._sql["release"], params).rowcount
 
     def slots_in_flight(self, *, worker_dead_seconds: float, max_hold_seconds: float) -> int:
         """How many slots live holders have now."""
@@ -373,13 +325,6 @@ def _share_params(
         "neg_dead": -float(worker_dead_seconds),
         "neg_hold": -float(max_hold_seconds),
     }
-
-
-def _handed_params(handoff: SlotGrant | None) -> dict[str, int]:
-    """The slot handed over to an acquire (none: numbers no slot has)."""
-    if handoff is None:
-        return {"hslot": -1, "htoken": -1}
-    return {"hslot": handoff.slot, "htoken": handoff.token}
 
 
 def _by_slot(grant: SlotGrant) -> int:
