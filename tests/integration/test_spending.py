@@ -429,6 +429,27 @@ def test_audio_a_regenerate_replaces_is_deleted_when_nothing_refers_to_it(
     assert not svc.storage.exists(old_key)
 
 
+def test_regenerates_of_a_job_with_duplicates_leave_no_unreferenced_file(
+    svc: Services, admin: UserRecord
+) -> None:
+    """One line sent, its duplicate sharing the file; then regenerates: every file the
+    pair replaced is deleted at once (sent and reused finishes alike), so the storage
+    folder holds exactly the files that items refer to."""
+    job_id = job_of(svc, admin, ["Echo line", "Echo line", "Solo line"])
+    run(svc, admin, job_id)
+    for _ in range(2):
+        job = run(svc, admin, job_id, regenerate=True)
+        assert statuses(job) == ["DONE"] * 3
+    referenced = {audio_key(svc, admin, job_id, item["id"]) for item in job["items"]}
+    stored = {
+        path.relative_to(svc.storage.root).as_posix()
+        for path in svc.storage.root.rglob("*")
+        if path.is_file()
+    }
+    assert len(referenced) == 2
+    assert stored == referenced
+
+
 # --- gc ----------------------------------------------------------------------------------
 
 
