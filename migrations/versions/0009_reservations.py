@@ -53,7 +53,7 @@ def upgrade() -> None:
 
 def downgrade() -> None:
     with op.batch_alter_table("usage_months") as batch:
-        batch.drop_constraint("ck_usage_months_provider_calls_not_negative", type_="check")
-        batch.drop_constraint("ck_usage_months_billed_characters_not_negative", type_="check")
+        batch.drop_constraint("provider_calls_not_negative", type_="check")
+        batch.drop_constraint("billed_characters_not_negative", type_="check")
     op.drop_index(op.f("ix_reservations_job_id"), table_name="reservations")
     op.drop_table("reservations")
