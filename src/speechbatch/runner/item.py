@@ -31,6 +31,7 @@ from .. import metrics
 from ..config import Settings
 from ..errors import BudgetExceeded, Fenced
 from ..providers.base import TTSProvider
+from ..repositories.items import FinishedItem
 from ..repositories.slots import SlotGrant
 from ..repositories.spending import Reservation
 from ..storage import LocalStorage
@@ -209,7 +210,7 @@ class Items:
                 key, error = None, f"could not store audio: {exc.strerror}"
         slot, started.slot = started.slot, None
 
-        def work(uow: Writer) -> object:
+        def work(uow: Writer) -> FinishedItem:
             if key is not None and audio is not None:
                 finished = uow.runs.finish_item(
                     run.job_id,
@@ -237,7 +238,7 @@ class Items:
             if key is not None:
                 self.storage.delete(key)
             raise Fenced()
-        self.delete_orphan(getattr(finished, "orphaned_audio_path", None))
+        self.delete_orphan(finished.orphaned_audio_path)
         return key is not None
 
     def reuse_duplicate(self, run: Run, item_id: int, source: int, fingerprint: str) -> None:

@@ -95,7 +95,7 @@ class Runner:
         process that is up resumes interrupted jobs within WORKER_DEAD_SECONDS even
         before it runs anything itself, and a slow tick never delays the heartbeat."""
         self.worker_id()
-        if tick is not None:
+        if tick is not None and not self._loops:
             loop = BackgroundLoop("speechbatch-resume", tick, self.identity.interval_seconds)
             self._loops.append(loop)
             loop.start()
