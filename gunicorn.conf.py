@@ -26,7 +26,7 @@ def on_starting(server: Any) -> None:
 def post_worker_init(worker: Any) -> None:
     """Start the background tick (heartbeat, resume of interrupted jobs); stop starting
     items the moment SIGTERM arrives, not when the worker loop notices."""
-    from speechbatch.runner import start_background_all, stop_starting_items
+    from speechbatch.runner.lifecycle import start_background_all, stop_starting_items
 
     start_background_all()
 
@@ -49,7 +49,7 @@ def post_worker_init(worker: Any) -> None:
 
 def worker_exit(server: Any, worker: Any) -> None:
     """On a graceful stop: finish in-flight calls, end runs INTERRUPTED, mark the worker."""
-    from speechbatch.runner import drain_all
+    from speechbatch.runner.lifecycle import drain_all
 
     # Leave a margin inside the master's grace period before it SIGKILLs the worker.
     drain_all(max(1.0, float(server.cfg.graceful_timeout) - 2.0))

@@ -18,7 +18,7 @@ from .db import make_engine, make_session_factory
 from .providers import build_provider
 from .providers.base import TTSProvider
 from .read import DocumentCache
-from .runner import Runner, drain_all
+from .runner.lifecycle import Runner, drain_all
 from .services import Limits
 from .storage import LocalStorage
 from .uow import SessionUowFactory, UowFactory
@@ -96,8 +96,12 @@ def create_app(settings: Settings | None = None, *, provider: TTSProvider | None
     uow_factory = SessionUowFactory(session_factory, make_session_factory(statement_engine))
     provider = provider or build_provider(settings)
     storage = LocalStorage(settings.storage_dir)
-    runner = Runner(uow_factory, provider, storage, settings)
-    from .resume import resume_interrupted
+    listen_dsn = None
+    if engine.dialect.name == "postgresql":
+        # The slot listener's own connection (LISTEN): a plain psycopg DSN.
+        listen_dsn = engine.url.set(drivername="postgresql").render_as_string(hide_password=False)
+    runner = Runner(uow_factory, provider, storage, settings, listen_dsn)
+    from .runner.loops import resume_interrupted
 
     runner.background_tick = lambda: resume_interrupted(uow_factory, runner)
     app.extensions["speechbatch"] = Services(

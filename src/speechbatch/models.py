@@ -7,6 +7,7 @@ from datetime import datetime
 from sqlalchemy import (
     BigInteger,
     Boolean,
+    CheckConstraint,
     ForeignKey,
     Index,
     Integer,
@@ -192,6 +193,9 @@ class UsageMonth(Base):
     __tablename__ = "usage_months"
     __table_args__ = (
         UniqueConstraint("organization_id", "month", name="uq_usage_months_organization_id"),
+        # A refund gives back only what a reservation of that month took.
+        CheckConstraint("billed_characters >= 0", name="billed_characters_not_negative"),
+        CheckConstraint("provider_calls >= 0", name="provider_calls_not_negative"),
     )
 
     id: Mapped[int] = mapped_column(Id, primary_key=True)
@@ -199,6 +203,26 @@ class UsageMonth(Base):
     month: Mapped[str] = mapped_column(String(7))  # "YYYY-MM", UTC
     billed_characters: Mapped[int] = mapped_column(BigInteger, server_default="0")
     provider_calls: Mapped[int] = mapped_column(BigInteger, server_default="0")
+
+
+class Reservation(Base):
+    """One provider attempt's characters, billed to a month before it is sent.
+
+    A refund (the attempt was not sent after all) flips ``refunded_at`` by
+    compare-and-set and gives the characters back to the month that paid, so a
+    retried refund gives back nothing more.
+    """
+
+    __tablename__ = "reservations"
+
+    id: Mapped[int] = mapped_column(Id, primary_key=True)
+    organization_id: Mapped[int] = mapped_column(Id, ForeignKey("organizations.id"))
+    job_id: Mapped[int] = mapped_column(Id, ForeignKey("jobs.id", ondelete="CASCADE"), index=True)
+    attempt: Mapped[int] = mapped_column(Integer)
+    month: Mapped[str] = mapped_column(String(7))  # "YYYY-MM", UTC: the month that paid
+    characters: Mapped[int] = mapped_column(Integer)
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime(), server_default=db_now())
+    refunded_at: Mapped[datetime | None] = mapped_column(UTCDateTime())
 
 
 class JobLock(Base):

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import threading
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -14,7 +16,8 @@ from speechbatch.db import db_now
 from speechbatch.models import Item, ItemStatus, Run
 from speechbatch.repositories import UserRecord
 from speechbatch.repositories.resume import RESUME
-from speechbatch.resume import MAX_RESUMES_WITHOUT_PROGRESS, resume_interrupted
+from speechbatch.runner.loops import MAX_RESUMES_WITHOUT_PROGRESS, resume_interrupted
+from speechbatch.services import get_job, start_generation
 from speechbatch.spending import cancel_generation
 from tests.fakes import FakeProvider
 from tests.helpers import claim, concrete, new_job, set_items, view, wait_for
@@ -162,3 +165,35 @@ def test_the_job_page_says_it_was_resumed_automatically(
     sign_in(client)
     page = client.get(f"/jobs/{job_id}").get_data(as_text=True)
     assert "resumed automatically after a restart" in page
+
+
+def test_a_resume_tick_slower_than_worker_dead_seconds_never_makes_a_live_run_look_dead(
+    make_svc: Callable[..., Services], admin: UserRecord, provider: FakeProvider
+) -> None:
+    """The resume tick runs on a thread of its own: while one tick blocks for three times
+    WORKER_DEAD_SECONDS, the heartbeat goes on, so a live run of this process is never
+    recovered (its paid call would be lost) and completes."""
+    svc = make_svc(worker_dead_seconds=1.0)
+    blocking, blocked = threading.Event(), threading.Event()
+
+    def slow_tick() -> None:
+        blocked.set()
+        blocking.wait(3.0)
+
+    provider.gate = threading.Event()  # the run's call waits: the run is live meanwhile
+    job_id = new_job(svc, admin, 1)
+    start_generation(svc.uow_factory, svc.settings, svc.runner, admin, job_id)
+    wait_for(lambda: provider.in_flight == 1)
+    svc.runner.start_background(slow_tick)
+    assert blocked.wait(5)
+    try:
+        deadline = time.monotonic() + 2.5
+        while time.monotonic() < deadline:
+            # This read runs recovery first: a run whose worker looks dead would fail here.
+            job = get_job(svc.uow_factory, svc.settings, admin, job_id)
+            assert job["status"] == "GENERATING", job["error_message"]
+            time.sleep(0.1)
+    finally:
+        blocking.set()
+        provider.gate.set()
+    assert _finished(svc, admin, job_id)["status"] == "COMPLETED"

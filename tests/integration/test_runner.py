@@ -5,7 +5,6 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -13,12 +12,12 @@ import pytest
 from flask import Flask
 
 from speechbatch import create_app
-from speechbatch import runner as runner_module
 from speechbatch.app import Services
 from speechbatch.config import Settings
 from speechbatch.providers.openai import OpenAIProvider
 from speechbatch.repositories import StaleJob, UserRecord
 from speechbatch.repositories.runs import RunsRepository
+from speechbatch.runner import call as runner_module
 from speechbatch.services import get_job, start_generation
 from tests.conftest import close_services, services, with_settings
 from tests.fakes import FakeProvider, fake_audio, permanent, retryable
@@ -273,35 +272,24 @@ def test_run_stalled_after_its_fence_check_sends_no_http_request(
         server.stop()
 
 
-def test_an_item_no_longer_startable_is_skipped_and_the_previous_finish_kept(
+def test_an_item_no_longer_startable_is_skipped_and_the_run_goes_on(
     make_svc: Any, admin: UserRecord, provider: FakeProvider, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """With one item at a time the second item's start carries the first item's finish.
-    When that start finds its item taken (its move matches nothing while the fence holds),
-    the finish still commits, the item is skipped, and the run goes on to the third.
-    The second start is made to ask for an item id that no row has: the real statements
-    run, and the start's move matches nothing."""
+    """When an item's start finds it taken (its move matches nothing while the fence
+    holds), the item is skipped and the run goes on to the next one. The second start is
+    made to ask for an item id that no row has: the real statements run, and the start's
+    move matches nothing."""
     svc = make_svc(item_concurrency=1)
     taken: list[int] = []
-
-    def elsewhere(item_id: int) -> int:
-        if item_id != second:
-            return item_id
-        taken.append(item_id)
-        return -1
-
     start_item = RunsRepository.start_item
-    finish_and_start_item = RunsRepository.finish_and_start_item
 
     def start(self: RunsRepository, job_id: int, attempt: int, item_id: int, **kw: Any) -> Any:
-        return start_item(self, job_id, attempt, elsewhere(item_id), **kw)
-
-    def finish_and_start(self: RunsRepository, job_id: int, attempt: int, done: Any,
-                         item_id: int, **kw: Any) -> Any:  # fmt: skip
-        return finish_and_start_item(self, job_id, attempt, done, elsewhere(item_id), **kw)
+        if item_id == second:
+            taken.append(item_id)
+            item_id = -1
+        return start_item(self, job_id, attempt, item_id, **kw)
 
     monkeypatch.setattr(RunsRepository, "start_item", start)
-    monkeypatch.setattr(RunsRepository, "finish_and_start_item", finish_and_start)
     job_id = new_job(svc, admin, 3)
     second = view(svc, admin, job_id)["items"][1]["id"]
     job = _run(svc, admin, job_id)
@@ -312,33 +300,31 @@ def test_an_item_no_longer_startable_is_skipped_and_the_previous_finish_kept(
     assert len(_audio_files(svc)) == 2
 
 
-def test_a_folded_finish_that_loses_rolls_its_start_back_and_stops_the_run(
+def test_a_finish_that_loses_deletes_its_audio_and_stops_the_run(
     make_svc: Any, admin: UserRecord, provider: FakeProvider, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """The second item's start folds the first item's DONE into its fenced move. Should
-    that finish lose while the fence holds (here: it names an item id no row has), the
-    start is rolled back with it: the finish commits alone (the real one wins), the
-    second item stays PENDING unsent, and the run stops as when fenced: it writes
-    nothing more, and the job is left to recovery."""
+    """Should an item's DONE finish lose while the fence holds (here: it names an item id
+    no row has), the run stops as when fenced: its audio is deleted, it writes nothing
+    more, no other item is sent, and the job is left to recovery."""
     svc = make_svc(item_concurrency=1)
-    finish_and_start_item = RunsRepository.finish_and_start_item
+    finish_item = RunsRepository.finish_item
 
-    def with_a_stray_finish(self: RunsRepository, job_id: int, attempt: int, done: Any,
-                            item_id: int, **kw: Any) -> Any:  # fmt: skip
-        return finish_and_start_item(
-            self, job_id, attempt, replace(done, item_id=-1), item_id, **kw
-        )
+    def stray_finish(self: RunsRepository, job_id: int, attempt: int, item_id: int,
+                     **kw: Any) -> Any:  # fmt: skip
+        return finish_item(self, job_id, attempt, -1, **kw)
 
-    monkeypatch.setattr(RunsRepository, "finish_and_start_item", with_a_stray_finish)
+    monkeypatch.setattr(RunsRepository, "finish_item", stray_finish)
     job_id = new_job(svc, admin, 3)
     start_generation(svc.uow_factory, svc.settings, svc.runner, admin, job_id)
     wait_for(lambda: not svc.runner.live_runs())
     job = view(svc, admin, job_id)
-    assert statuses(job) == ["DONE", "PENDING", "PENDING"]
+    assert statuses(job) == ["GENERATING", "PENDING", "PENDING"]
     assert provider.calls == {"text 1": 1}
-    assert len(_audio_files(svc)) == 1
+    assert _audio_files(svc) == []
     progress = job["progress"]
-    assert (progress["done"], progress["pending"], progress["generating"]) == (1, 2, 0), progress
+    assert (progress["generating"], progress["pending"], progress["done"]) == (1, 2, 0), progress
+    with svc.uow_factory(read_only=True) as uow:
+        assert uow.slots.slots_in_flight(worker_dead_seconds=30, max_hold_seconds=300) == 0
 
 
 @pytest.mark.parametrize("failing", [1, 3])

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import itertools
 import threading
-import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -12,12 +11,12 @@ import pytest
 from sqlalchemy import event, select
 
 from speechbatch import create_app
-from speechbatch import slots as slots_module
 from speechbatch.app import Services
 from speechbatch.config import Settings
 from speechbatch.models import ProviderSlot
 from speechbatch.repositories import UserRecord
-from speechbatch.repositories.slots import SlotGrant, SlotRepository
+from speechbatch.repositories.slots import SlotGrant
+from speechbatch.runner import gate as gate_module
 from speechbatch.services import create_job, get_job, start_generation
 from speechbatch.spending import cancel_generation
 from tests.conftest import close_services, services, with_settings
@@ -236,8 +235,8 @@ def test_an_item_with_a_free_slot_takes_and_returns_it_within_its_start_and_fini
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """The common item pays no transaction for its slot: its start takes it, its finish
-    gives it back, and a finish shares one commit with the next item's start. Each call
-    holds a slot of its job; none is held once the run is over."""
+    gives it back. Per item two commits (start, finish); per run its plan and its end.
+    Each call holds a slot of its job; none is held once the run is over."""
     svc = make_svc(item_concurrency=1)
     commits: list[str] = []
     held_during_calls: list[list[int]] = []
@@ -266,74 +265,37 @@ def test_an_item_with_a_free_slot_takes_and_returns_it_within_its_start_and_fini
 
     provider.synthesize = synthesize  # type: ignore[method-assign]
     # The one other transaction an item may run: a read of the deployment's 429 pause,
-    # at most once per PAUSE_CACHE_SECONDS per process. The cache holds for the whole
-    # test, however slow the machine, so exactly the first call reads it.
-    monkeypatch.setattr(slots_module, "PAUSE_CACHE_SECONDS", 3600.0)
-    pause_reads: list[float] = []
-    read_pause = SlotRepository.paused_for
-
-    def paused_for(self: SlotRepository) -> float:
-        pause_reads.append(time.monotonic())
-        return read_pause(self)
-
-    monkeypatch.setattr(SlotRepository, "paused_for", paused_for)
+    # at most once per PAUSE_CACHE_SECONDS per process; held for the whole test.
+    monkeypatch.setattr(gate_module, "PAUSE_CACHE_SECONDS", 3600.0)
     items = 5
     job_id = _job(svc, admin, *(f"item {i}" for i in range(items)))
     _run_listening(svc, admin, job_id, "commit", count)
     assert held_during_calls == [[job_id]] * items
-    # Per item one commit (its start, with the previous item's finish); per run the
-    # last item's finish, its plan and its end.
-    assert len(pause_reads) == 1
-    assert len(commits) == items + 1 + 2 + len(pause_reads)
+    assert len(commits) == 2 * items + 2 + 1
     with svc.uow_factory(read_only=True) as uow:
         assert uow.slots.slots_in_flight(worker_dead_seconds=30, max_hold_seconds=300) == 0
 
 
-def test_a_sent_item_costs_one_statement_on_postgresql_and_six_on_sqlite(
+def test_a_sent_item_costs_a_bounded_number_of_statements(
     make_svc: Callable[..., Services], admin: UserRecord, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Per sent item (the difference between a run of 3 and a run of 6 items): the start's
-    fenced move with its reuse lookup and the previous item's DONE, the slot, the billing.
-    The finish shares its transaction and its fence (the job's row, written once) with
-    the next item's start, which keeps the finished call's slot (one renewal instead of
-    a release and an acquire). PostgreSQL runs the fence, both moves, the run's ledger
-    line, the month's reservation and the slot's renewal as CTEs of one statement: 1.
-    SQLite runs them one by one: 6. (BEGIN and the SQLite pragmas are not statements of
-    the work, nor is the read of the 429 pause, by the clock: see below.)"""
-    # The pause read happens at most once per PAUSE_CACHE_SECONDS per process, whatever
-    # the number of items. This test once failed (3.33 statements per item) on a machine
-    # slow enough for that cache to expire in the middle of the larger run, which then
-    # read the pause twice. The first call of that run below is that slow on purpose,
-    # and the cache is held for the whole test instead.
-    expiry = slots_module.PAUSE_CACHE_SECONDS
-    monkeypatch.setattr(slots_module, "PAUSE_CACHE_SECONDS", 3600.0)
+    """Per sent item (the difference between a run of 3 and a run of 6 items). The
+    start: the fence, the item's move (with its reuse lookup), the month's reservation,
+    the run's ledger line, the reservation's row, the slot: 6. The finish: the fence,
+    the item's move, the slot's release (and its notification on PostgreSQL): 3 or 4.
+    (BEGIN and the SQLite pragmas are not statements of the work.)"""
+    monkeypatch.setattr(gate_module, "PAUSE_CACHE_SECONDS", 3600.0)
     svc = make_svc(item_concurrency=1)
-    inner = svc.runner.provider.synthesize
-
-    def synthesize(text: str, voice: str) -> bytes:
-        if text == "large item 0":
-            time.sleep(expiry + 0.1)
-        return inner(text, voice)
-
-    monkeypatch.setattr(svc.runner.provider, "synthesize", synthesize)
     kinds: list[str] = []
-    renewals: list[str] = []
-    releases: list[str] = []
 
     def count(conn: Any, cursor: Any, statement: str, *args: Any) -> None:
         work = not statement.lstrip().upper().startswith(("BEGIN", "PRAGMA"))
         if work and threading.current_thread().name.startswith("speechbatch-job-"):
             kinds.append(" ".join(statement.split()[:3]))
-            if "UPDATE provider_slots SET acquired_at" in statement:
-                renewals.append(kinds[-1])
-            if "UPDATE provider_slots SET released_at" in statement:
-                releases.append(kinds[-1])
 
     def statements_of_a_run(n: int, label: str) -> list[str]:
         job_id = _job(svc, admin, *(f"{label} item {i}" for i in range(n)))
         kinds.clear()
-        renewals.clear()
-        releases.clear()
         _run_listening(svc, admin, job_id, "before_cursor_execute", count)
         return list(kinds)
 
@@ -341,9 +303,4 @@ def test_a_sent_item_costs_one_statement_on_postgresql_and_six_on_sqlite(
     small, large = statements_of_a_run(3, "small"), statements_of_a_run(6, "large")
     per_item = (len(large) - len(small)) / 3
     postgresql = svc.engine.dialect.name == "postgresql"
-    assert per_item == (1 if postgresql else 6), (small, large)
-    # One acquire per run; then each next item keeps the slot (5 renewals of 6 items,
-    # in the start's statement on PostgreSQL) and the last finish releases it.
-    assert sum(kind.startswith("WITH RECURSIVE") for kind in large) == 1, large
-    assert renewals == ["WITH fence AS" if postgresql else "UPDATE provider_slots SET"] * 5
-    assert releases == ["UPDATE provider_slots SET"], large
+    assert per_item == (10 if postgresql else 9), (small, large)

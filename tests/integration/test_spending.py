@@ -16,8 +16,8 @@ from speechbatch import create_app, spending
 from speechbatch.app import Services
 from speechbatch.errors import BudgetExceeded
 from speechbatch.models import Item
-from speechbatch.repositories import RunsRepository, UserRecord
-from speechbatch.repositories.spending import Bill, SpendingRepository
+from speechbatch.repositories import UserRecord
+from speechbatch.repositories.spending import Reservation, SpendingRepository
 from speechbatch.runner import audio_key as runner_audio_key
 from speechbatch.services import create_job, start_generation
 from speechbatch.spending import cancel_generation
@@ -218,23 +218,27 @@ def test_run_that_runs_out_of_budget_ends_over_budget_and_retry_resumes(
     assert usage(svc, admin)["billed_characters"] == 36
 
 
-def test_a_reservation_refused_in_the_previous_items_commit_keeps_that_item_done(
+def test_a_refused_reservation_leaves_every_finished_item_done(
     make_svc: Callable[..., Services],
     admin: UserRecord,
     provider: FakeProvider,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    """With one item at a time, each DONE finish shares its commit with the next item's
-    start, so the fourth item's refused reservation rolls back the third item's finish
-    too: the runner then commits that finish alone. The third item stays DONE with its
-    audio, billed once, and its slot is given back."""
+    """With one item at a time, the fourth item's reservation does not fit the budget:
+    the three items before it were committed DONE by their own finishes (nothing of a
+    finish waits for the next start), stay DONE with their audio, are billed once, and
+    their slots are given back."""
     svc = make_svc(item_concurrency=1)
     spending.set_budget(svc.uow_factory, "acme", 20)  # three 6-character items fit
     # At the refusal, what other connections see of the items (committed state only).
     seen_at_refusal: list[list[str]] = []
+    reserve = SpendingRepository.reserve_characters
 
-    def refused(job: int, bill: Bill | None) -> None:
-        if bill is not None and not bill:
+    def watched_reserve(
+        self: SpendingRepository, org: int, job: int, attempt: int, n: int
+    ) -> Reservation | None:
+        reservation = reserve(self, org, job, attempt, n)
+        if reservation is None:
             with concrete(svc.uow_factory)(read_only=True) as other:
                 seen_at_refusal.append(
                     list(
@@ -243,31 +247,12 @@ def test_a_reservation_refused_in_the_previous_items_commit_keeps_that_item_done
                         ).scalars()
                     )
                 )
+        return reservation
 
-    # The reservation is refused either in the start's own statement (it carries the
-    # bill when the slot is kept) or by bill_call (when the slot is not).
-    bill_call = SpendingRepository.bill_call
-    finish_and_start_item = RunsRepository.finish_and_start_item
-
-    def watched_bill_call(
-        self: SpendingRepository, org: int, job: int, attempt: int, n: int, **kw: Any
-    ) -> Bill:
-        won = bill_call(self, org, job, attempt, n, **kw)
-        refused(job, won)
-        return won
-
-    def watched_start(self: RunsRepository, job: int, attempt: int, *args: Any, **kw: Any) -> Any:
-        finished, started, billed = finish_and_start_item(self, job, attempt, *args, **kw)
-        refused(job, billed)
-        return finished, started, billed
-
-    monkeypatch.setattr(SpendingRepository, "bill_call", watched_bill_call)
-    monkeypatch.setattr(RunsRepository, "finish_and_start_item", watched_start)
+    monkeypatch.setattr(SpendingRepository, "reserve_characters", watched_reserve)
     job_id = new_job(svc, admin, 6)
     job = run(svc, admin, job_id)
-    # The third item's DONE was not committed yet when the fourth item's reservation
-    # was refused: the two shared a transaction.
-    assert seen_at_refusal == [["DONE", "DONE", "GENERATING"] + ["PENDING"] * 3]
+    assert seen_at_refusal == [["DONE"] * 3 + ["PENDING"] * 3]
     assert job["runs"][-1]["outcome"] == "OVER_BUDGET"
     assert statuses(job) == ["DONE"] * 3 + ["PENDING"] * 3
     assert usage(svc, admin)["billed_characters"] == 18 == received_characters(provider)
@@ -442,6 +427,27 @@ def test_audio_a_regenerate_replaces_is_deleted_when_nothing_refers_to_it(
     assert old_key is not None and svc.storage.exists(old_key)
     run(svc, admin, job["id"], regenerate=True)
     assert not svc.storage.exists(old_key)
+
+
+def test_regenerates_of_a_job_with_duplicates_leave_no_unreferenced_file(
+    svc: Services, admin: UserRecord
+) -> None:
+    """One line sent, its duplicate sharing the file; then regenerates: every file the
+    pair replaced is deleted at once (sent and reused finishes alike), so the storage
+    folder holds exactly the files that items refer to."""
+    job_id = job_of(svc, admin, ["Echo line", "Echo line", "Solo line"])
+    run(svc, admin, job_id)
+    for _ in range(2):
+        job = run(svc, admin, job_id, regenerate=True)
+        assert statuses(job) == ["DONE"] * 3
+    referenced = {audio_key(svc, admin, job_id, item["id"]) for item in job["items"]}
+    stored = {
+        path.relative_to(svc.storage.root).as_posix()
+        for path in svc.storage.root.rglob("*")
+        if path.is_file()
+    }
+    assert len(referenced) == 2
+    assert stored == referenced
 
 
 # --- gc ----------------------------------------------------------------------------------

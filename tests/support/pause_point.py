@@ -21,11 +21,11 @@ from typing import Any
 
 from wsgi import app
 
-import speechbatch.runner
+import speechbatch.runner.call
 from tests.support.server import PAUSE_DIR_VARIABLE, PAUSE_MARKER, PAUSED_FILE, RELEASE_FILE
 
 _PAUSE_DIR = os.environ.get(PAUSE_DIR_VARIABLE)
-_real_call = speechbatch.runner.synthesize_with_retries
+_real_call = speechbatch.runner.call.synthesize_with_retries
 
 
 def _pausing_call(provider: Any, text: str, voice: str, **kwargs: Any) -> bytes:
@@ -42,6 +42,6 @@ def _pausing_call(provider: Any, text: str, voice: str, **kwargs: Any) -> bytes:
     return _real_call(provider, text, voice, **kwargs)
 
 
-speechbatch.runner.synthesize_with_retries = _pausing_call
+speechbatch.runner.call.synthesize_with_retries = _pausing_call
 
 __all__ = ["app"]

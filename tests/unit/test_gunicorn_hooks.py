@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from speechbatch import runner
+from speechbatch.runner import lifecycle as runner
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -15,183 +15,131 @@ The pace is one row (``provider_pace``): ``next_start_at`` is advanced by a cond
 UPDATE on the database's clock, so calls start evenly across the deployment, and a 429's
 Retry-After pushes it forward for everyone.
 
-Like ``repository.py`` this only builds queries: nothing here commits.
+This only builds queries: nothing here commits.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import datetime
-from typing import Protocol
+from typing import Any, Protocol, cast
 
-from sqlalchemy import Executable, Integer, column, text
+from sqlalchemy import (
+    ColumnElement,
+    Float,
+    Integer,
+    Table,
+    and_,
+    exists,
+    func,
+    literal,
+    not_,
+    select,
+    type_coerce,
+    update,
+)
+from sqlalchemy.dialects import postgresql, sqlite
+from sqlalchemy.ext.compiler import compiles
 from sqlalchemy.orm import Session
-from sqlalchemy.sql.selectable import TextualSelect
+from sqlalchemy.sql.compiler import SQLCompiler
+from sqlalchemy.sql.expression import FunctionElement
 
-from ..db import UTCDateTime
-from .riders import Rider
+from ..db import UTCDateTime, ago, db_now, later
+from ..models import JobStatus, ProviderPace, ProviderSlot, RunOutcome
+from .tables import jobs, runs, workers
 
-# Per dialect: the database's real time, and that time shifted by a bound number of seconds.
-_NOW = {
-    "postgresql": "clock_timestamp()",
-    "sqlite": "strftime('%Y-%m-%d %H:%M:%f000', 'now')",
-}
+# The PostgreSQL channel a slot's release notifies (see ``runner/gate.py``).
+SLOT_CHANNEL = "speechbatch_slots"
 
-
-def _shifted(dialect: str, param: str) -> str:
-    if dialect == "postgresql":
-        return f"(clock_timestamp() + make_interval(secs => CAST(:{param} AS double precision)))"
-    return f"strftime('%Y-%m-%d %H:%M:%f000', 'now', printf('%+.6f seconds', :{param}))"
+provider_slots = cast(Table, ProviderSlot.__table__)
+provider_pace = cast(Table, ProviderPace.__table__)
+_PACE_ROW = 1
 
 
-def _plus(dialect: str, column: str, param: str) -> str:
-    """``column`` (a timestamp expression) plus a bound number of seconds."""
-    if dialect == "postgresql":
-        return f"({column} + make_interval(secs => CAST(:{param} AS double precision)))"
-    return f"strftime('%Y-%m-%d %H:%M:%f000', {column}, printf('%+.6f seconds', :{param}))"
+class _plus_seconds(FunctionElement[datetime]):
+    """A timestamp expression plus a (signed) number of seconds."""
+
+    type = UTCDateTime()
+    inherit_cache = True
 
 
-def _greatest(dialect: str, a: str, b: str) -> str:
-    return f"GREATEST({a}, {b})" if dialect == "postgresql" else f"max({a}, {b})"
+@compiles(_plus_seconds, "postgresql")
+def _pg_plus(element: _plus_seconds, compiler: SQLCompiler, **kw: Any) -> str:
+    moment, seconds = (compiler.process(arg, **kw) for arg in element.clauses)
+    return f"({moment} + make_interval(secs => CAST({seconds} AS double precision)))"
 
 
-def _alive(dialect: str, worker: str) -> str:
-    """SQL: the worker ``worker`` (an id expression) heartbeats and has not stopped."""
-    return (
-        f"EXISTS (SELECT 1 FROM workers w WHERE w.id = {worker} AND w.stopped_at IS NULL "
-        f"AND w.heartbeat_at >= {_shifted(dialect, 'neg_dead')})"
-    )
+@compiles(_plus_seconds, "sqlite")
+def _sqlite_plus(element: _plus_seconds, compiler: SQLCompiler, **kw: Any) -> str:
+    moment, seconds = (compiler.process(arg, **kw) for arg in element.clauses)
+    return f"strftime('%Y-%m-%d %H:%M:%f000', {moment}, printf('%+.6f seconds', {seconds}))"
 
 
-def _live(dialect: str, slot: str) -> str:
-    """SQL: the slot row ``slot`` (an alias) is held: not released, not held longer than a
-    call can last (a release lost to a database outage), and its worker is alive."""
-    return (
-        f"{slot}.released_at IS NULL AND {slot}.acquired_at >= {_shifted(dialect, 'neg_hold')} "
-        f"AND {_alive(dialect, slot + '.worker_id')}"
-    )
+class _greatest(FunctionElement[Any]):
+    """The larger of two values."""
+
+    inherit_cache = True
 
 
-def _statements(dialect: str) -> dict[str, Executable]:
-    now = _NOW[dialect]
-    held = f"SELECT s.slot FROM provider_slots s WHERE {_live(dialect, 's')}"
-    jobs_running = "(SELECT count(*) FROM jobs j WHERE j.status = 'GENERATING')"
-    share = (
-        f"(:cap + {_greatest(dialect, '1', jobs_running)} - 1) "
-        f"/ {_greatest(dialect, '1', jobs_running)}"
-    )
-    # The slot handed over (:hslot under :htoken, released by the acquirer's process and
-    # not yet in the database) counts as free: the acquire re-grants it in its statement.
-    handed = "(s.slot = :hslot AND s.token = :htoken)"
-    held_by_job = (
-        f"(SELECT count(*) FROM provider_slots s WHERE s.job_id = :job "
-        f"AND {_live(dialect, 's')} AND NOT {handed})"
-    )
-    # Whether the job holds its share once granted. RETURNING's subquery sees the new row
-    # on SQLite and the statement's snapshot (without it) on PostgreSQL.
-    granted_count = held_by_job if dialect == "sqlite" else f"({held_by_job} + 1)"
-    # Candidate numbers 0 .. cap-1, free ones only (the handed-over one first), else in
-    # random order so that concurrent acquirers rarely pick the same number (a collision
-    # costs the loser one retry).
-    acquire = f"""
-        WITH RECURSIVE numbers(n) AS (
-            SELECT 0 UNION ALL SELECT n + 1 FROM numbers WHERE n + 1 < :cap
+@compiles(_greatest, "postgresql")
+def _pg_greatest(element: _greatest, compiler: SQLCompiler, **kw: Any) -> str:
+    return f"GREATEST({compiler.process(element.clauses, **kw)})"
+
+
+@compiles(_greatest, "sqlite")
+def _sqlite_greatest(element: _greatest, compiler: SQLCompiler, **kw: Any) -> str:
+    return f"max({compiler.process(element.clauses, **kw)})"
+
+
+@dataclass(frozen=True)
+class _Limits:
+    """What counts as a live slot, and the deployment's capacity."""
+
+    capacity: int
+    worker_dead_seconds: float
+    max_hold_seconds: float
+
+    def live(self, slot: Any) -> ColumnElement[bool]:
+        """The slot row is held: not released, not held longer than a call can last (a
+        release lost to a database outage), and its worker heartbeats, not stopped."""
+        return and_(
+            slot.c.released_at.is_(None),
+            slot.c.acquired_at >= ago(self.max_hold_seconds),
+            exists().where(
+                workers.c.id == slot.c.worker_id,
+                workers.c.stopped_at.is_(None),
+                workers.c.heartbeat_at >= ago(self.worker_dead_seconds),
+            ),
         )
-        INSERT INTO provider_slots (slot, token, worker_id, job_id, attempt, acquired_at)
-        SELECT c.n, 1, :worker, :job, :attempt, {now}
-        FROM numbers c
-        WHERE c.n NOT IN ({held} AND NOT {handed})
-          AND EXISTS (SELECT 1 FROM jobs j WHERE j.id = :job AND j.attempt = :attempt
-                      AND j.status = 'GENERATING')
-          AND {held_by_job} < {share}
-        ORDER BY c.n = :hslot DESC, random()
-        LIMIT 1
-        ON CONFLICT (slot) DO UPDATE SET
-            token = provider_slots.token + 1,
-            worker_id = excluded.worker_id,
-            job_id = excluded.job_id,
-            attempt = excluded.attempt,
-            acquired_at = excluded.acquired_at,
-            released_at = NULL
-        WHERE NOT ({_live(dialect, "provider_slots")})
-           OR (provider_slots.slot = :hslot AND provider_slots.token = :htoken)
-        RETURNING slot, token, {granted_count} >= {share} AS at_share
-    """
-    # Keep a held slot for the same run's next call: only while it is live under this
-    # token and the job holds no more than its fair share (this slot included).
-    renew = f"""
-        UPDATE provider_slots SET acquired_at = {now}
-        WHERE slot = :slot AND token = :token AND {_live(dialect, "provider_slots")}
-          AND (SELECT count(*) FROM provider_slots s WHERE s.job_id = :job
-                 AND {_live(dialect, "s")}) <= {share}
-        RETURNING slot
-    """
-    release = (
-        f"UPDATE provider_slots SET released_at = {now} "
-        "WHERE slot = :slot AND token = :token AND released_at IS NULL"
-    )
-    holds_share = f"SELECT {held_by_job} >= {share} AS holds"
-    in_flight = f"SELECT count(*) FROM ({held}) h"
-    # Reserve a start time: at most one interval ahead of the database's clock, so that a
-    # waiting thread holds no far-off reservation it might never use. RETURNING sees the
-    # new row: the start booked is the new next_start_at minus one interval.
-    reserve = f"""
-        UPDATE provider_pace
-        SET next_start_at = {_plus(dialect, _greatest(dialect, "next_start_at", now), "interval")}
-        WHERE id = 1 AND next_start_at <= {_shifted(dialect, "horizon")}
-        RETURNING {_plus(dialect, "next_start_at", "neg_interval")} AS starts_at, {now} AS now
-    """
-    pause = f"""
-        UPDATE provider_pace
-        SET next_start_at = {_greatest(dialect, "next_start_at", _shifted(dialect, "seconds"))}
-        WHERE id = 1
-        RETURNING next_start_at
-    """
-    paused_until = f"SELECT next_start_at, {now} AS now FROM provider_pace WHERE id = 1"
-    ensure_pace = (
-        f"INSERT INTO provider_pace (id, next_start_at) VALUES (1, {now}) "
-        "ON CONFLICT (id) DO NOTHING"
-    )
-    wait_column = (
-        "UPDATE runs SET {column} = {column} + :delta WHERE job_id = :job AND attempt = :attempt"
-    )
-    times = {"starts_at": UTCDateTime(), "now": UTCDateTime(), "next_start_at": UTCDateTime()}
-    return {
-        "acquire": text(acquire),
-        # A TextualSelect (its RETURNING column declared) so that it can ride as a CTE.
-        "renew": text(renew).columns(column("slot", Integer)),
-        "release": text(release),
-        "holds_share": text(holds_share),
-        "in_flight": text(in_flight),
-        "reserve": text(reserve).columns(starts_at=times["starts_at"], now=times["now"]),
-        "pause": text(pause).columns(next_start_at=times["next_start_at"]),
-        "paused_until": text(paused_until).columns(
-            next_start_at=times["next_start_at"], now=times["now"]
-        ),
-        "ensure_pace": text(ensure_pace),
-        # The counts show in the job's answer, so its version (the ETag) moves with them.
-        "bump_job": text("UPDATE jobs SET version = version + 1 WHERE id = :job"),
-        "wait_slot": text(wait_column.format(column="waiting_for_slot")),
-        "wait_pace": text(wait_column.format(column="waiting_for_pace")),
-        "waiting": text(
-            "SELECT r.waiting_for_slot, r.waiting_for_pace FROM runs r JOIN jobs j "
-            "ON j.id = r.job_id AND j.attempt = r.attempt "
-            "WHERE j.id = :job AND j.status = 'GENERATING' AND r.outcome = 'RUNNING'"
-        ),
-    }
 
+    def held_by(self, job_id: int) -> ColumnElement[int]:
+        """How many live slots the job holds."""
+        held = provider_slots.alias("held")
+        return (
+            select(func.count())
+            .select_from(held)
+            .where(held.c.job_id == job_id, self.live(held))
+            .scalar_subquery()
+        )
 
-_CACHE: dict[str, dict[str, Executable]] = {}
+    def share(self) -> ColumnElement[int]:
+        """A job's fair share: ceil(capacity / GENERATING jobs), integer arithmetic."""
+        running = type_coerce(
+            _greatest(
+                literal(1, Integer),
+                select(func.count()).where(jobs.c.status == JobStatus.GENERATING).scalar_subquery(),
+            ),
+            Integer,
+        )
+        return (literal(self.capacity, Integer) + running - 1) // running
 
 
 @dataclass(frozen=True)
 class SlotGrant:
-    """A slot held: its number and the token that fences its release; ``at_share`` when
-    its job held its fair share with it, as the acquire found (not part of its identity)."""
+    """A slot held: its number and the token that fences its release."""
 
     slot: int
     token: int
-    at_share: bool = field(default=False, compare=False)
 
 
 @dataclass(frozen=True)
@@ -215,10 +163,7 @@ class SlotRepository:
 
     def __init__(self, session: Session) -> None:
         self.session = session
-        dialect = session.get_bind().dialect.name
-        if dialect not in _CACHE:
-            _CACHE[dialect] = _statements(dialect)
-        self._sql = _CACHE[dialect]
+        self._dialect = session.get_bind().dialect.name
 
     def acquire_slot(
         self,
@@ -229,7 +174,6 @@ class SlotRepository:
         capacity: int,
         worker_dead_seconds: float,
         max_hold_seconds: float,
-        handoff: SlotGrant | None = None,
     ) -> SlotGrant | None:
         """Compare-and-set: take a free (or dead holder's) slot for this run; None if none.
 
@@ -237,50 +181,85 @@ class SlotRepository:
         when the job already holds its fair share: ceil(capacity / GENERATING jobs).
         A slot held longer than ``max_hold_seconds`` (longer than any call lasts: its
         release was lost) counts as free, like one whose worker is dead.
-        ``handoff`` is a slot the caller's process gave back and has not released yet:
-        it counts as free (if still held under its token) and is granted first, so a
-        release and the acquire it lets in take one statement; when it is not granted,
-        the caller still releases it (``release_slots``).
         """
-        row = self.session.execute(
-            self._sql["acquire"],
-            {
-                **_share_params(job_id, capacity, worker_dead_seconds, max_hold_seconds),
-                **_handed_params(handoff),
-                "worker": worker_id,
-                "attempt": attempt,
+        limits = _Limits(capacity, worker_dead_seconds, max_hold_seconds)
+        numbers = select(literal(0, Integer).label("n")).cte("numbers", recursive=True)
+        numbers = numbers.union_all(
+            select((numbers.c.n + 1).label("n")).where(numbers.c.n + 1 < capacity)
+        )
+        held = provider_slots.alias("taken")
+        # Free numbers only, in random order so that concurrent acquirers rarely pick the
+        # same number (a collision costs the loser one retry).
+        candidate = (
+            select(
+                numbers.c.n,
+                literal(1, Integer),
+                literal(worker_id, Integer),
+                literal(job_id, Integer),
+                literal(attempt, Integer),
+                db_now(),
+            )
+            .where(
+                numbers.c.n.not_in(select(held.c.slot).where(limits.live(held))),
+                exists().where(
+                    jobs.c.id == job_id,
+                    jobs.c.attempt == attempt,
+                    jobs.c.status == JobStatus.GENERATING,
+                ),
+                limits.held_by(job_id) < limits.share(),
+            )
+            .order_by(func.random())
+            .limit(1)
+        )
+        insert_fn = postgresql.insert if self._dialect == "postgresql" else sqlite.insert
+        upsert = insert_fn(provider_slots).from_select(
+            ["slot", "token", "worker_id", "job_id", "attempt", "acquired_at"], candidate
+        )
+        statement = upsert.on_conflict_do_update(
+            index_elements=[provider_slots.c.slot],
+            set_={
+                "token": provider_slots.c.token + 1,
+                "worker_id": upsert.excluded.worker_id,
+                "job_id": upsert.excluded.job_id,
+                "attempt": upsert.excluded.attempt,
+                "acquired_at": upsert.excluded.acquired_at,
+                "released_at": None,
             },
-        ).first()
+            # The reclaim: only a slot nobody holds any more.
+            where=not_(limits.live(provider_slots)),
+        ).returning(provider_slots.c.slot, provider_slots.c.token)
+        row = self.session.execute(statement).first()
         if row is None:
             return None
-        return SlotGrant(int(row.slot), int(row.token), bool(row.at_share))
+        return SlotGrant(int(row.slot), int(row.token))
 
-    def renewal(
-        self,
-        grant: SlotGrant,
-        job_id: int,
-        *,
-        capacity: int,
-        worker_dead_seconds: float,
-        max_hold_seconds: float,
-    ) -> Rider:
-        """Compare-and-set, as a rider: keep a slot held under ``grant`` for the job's
-        next call (its lease restarts). It wins (returns a row) unless the slot is no
-        longer live under that token (reclaimed, released, its worker dead) or the job
-        holds more than its fair share, ceil(capacity / GENERATING jobs), counting this
-        slot. The bill of that call carries it (in the item's start statement,
-        ``RunsRepository.finish_and_start_item``, or ``SpendingRepository.bill_call``);
-        ``Rider.run`` runs it alone."""
-        statement = self._sql["renew"]
-        assert isinstance(statement, TextualSelect)
-        return Rider(
-            statement,
-            {
-                **_share_params(job_id, capacity, worker_dead_seconds, max_hold_seconds),
-                "slot": grant.slot,
-                "token": grant.token,
-            },
-        )
+    def release_slot(self, grant: SlotGrant, job_id: int | None = None) -> bool:
+        """Compare-and-set: release a slot still held under this grant's token; whether it won."""
+        return self.release_slots([grant], job_id) == 1
+
+    def release_slots(self, grants: list[SlotGrant], job_id: int | None = None) -> int:
+        """Compare-and-set, for each grant: release its slot if still held under its
+        token; how many of them won. On PostgreSQL the release also notifies
+        ``SLOT_CHANNEL`` (with the job's id, if given) when it commits: waiters of every
+        process wake at once."""
+        won = 0
+        # In slot order: two transactions releasing the same rows lock them in one order.
+        for grant in sorted(grants, key=_by_slot):
+            row = self.session.execute(
+                update(provider_slots)
+                .where(
+                    provider_slots.c.slot == grant.slot,
+                    provider_slots.c.token == grant.token,
+                    provider_slots.c.released_at.is_(None),
+                )
+                .values(released_at=db_now())
+                .returning(provider_slots.c.slot)
+            ).first()
+            won += row is not None
+        if won and self._dialect == "postgresql":
+            payload = "" if job_id is None else str(job_id)
+            self.session.execute(select(func.pg_notify(SLOT_CHANNEL, payload)))
+        return won
 
     def holds_its_share(
         self, job_id: int, *, capacity: int, worker_dead_seconds: float, max_hold_seconds: float
@@ -288,103 +267,118 @@ class SlotRepository:
         """Whether the job holds its fair share of live slots, ceil(capacity / GENERATING
         jobs): an acquire for it is refused until one of its slots is released (or
         another job stops running)."""
-        params = {
-            **_share_params(job_id, capacity, worker_dead_seconds, max_hold_seconds),
-            **_handed_params(None),
-        }
-        return bool(self.session.execute(self._sql["holds_share"], params).scalar_one())
-
-    def release_slot(self, grant: SlotGrant) -> bool:
-        """Compare-and-set: release a slot still held under this grant's token; whether it won."""
-        return self.release_slots([grant]) == 1
-
-    def release_slots(self, grants: list[SlotGrant]) -> int:
-        """Compare-and-set, for each grant: release its slot if still held under its
-        token; how many of them won (one round trip on PostgreSQL)."""
-        params = [{"slot": g.slot, "token": g.token} for g in sorted(grants, key=_by_slot)]
-        # In slot order: two transactions releasing the same rows lock them in one order.
-        return self.session.connection().execute(self._sql["release"], params).rowcount
+        limits = _Limits(capacity, worker_dead_seconds, max_hold_seconds)
+        return bool(
+            self.session.execute(select(limits.held_by(job_id) >= limits.share())).scalar_one()
+        )
 
     def slots_in_flight(self, *, worker_dead_seconds: float, max_hold_seconds: float) -> int:
         """How many slots live holders have now."""
-        params = {"neg_dead": -float(worker_dead_seconds), "neg_hold": -float(max_hold_seconds)}
-        return int(self.session.execute(self._sql["in_flight"], params).scalar_one())
-
-    def _ensure_pace_row(self) -> None:
-        self.session.execute(self._sql["ensure_pace"])
+        limits = _Limits(0, worker_dead_seconds, max_hold_seconds)
+        held = provider_slots.alias("held")
+        return int(
+            self.session.execute(
+                select(func.count()).select_from(held).where(limits.live(held))
+            ).scalar_one()
+        )
 
     def reserve_start(self, interval_seconds: float) -> PaceAnswer:
         """Compare-and-set: book the next start, ``interval_seconds`` after the previous one.
 
         Books only a start at most one interval (or a quarter second) ahead of the
-        database's clock; further ahead (the pace is booked, or a 429 paused it) answers
+        database's clock, so a waiting thread holds no far-off start it might never use;
+        further ahead (the pace is booked, or a 429 paused it) answers
         ``wait_seconds=None`` and the caller asks again.
         """
-        params = {
-            "interval": float(interval_seconds),
-            "neg_interval": -float(interval_seconds),
-            "horizon": max(float(interval_seconds), 0.25),
-        }
-        row = self.session.execute(self._sql["reserve"], params).first()
+        interval = literal(float(interval_seconds), Float)
+        next_start = provider_pace.c.next_start_at
+        # RETURNING sees the new row: the start booked is the new next_start_at minus one.
+        row = self.session.execute(
+            update(provider_pace)
+            .where(
+                provider_pace.c.id == _PACE_ROW,
+                next_start <= later(max(float(interval_seconds), 0.25)),
+            )
+            .values(next_start_at=_plus_seconds(_greatest(next_start, db_now()), interval))
+            .returning(
+                _plus_seconds(next_start, -interval).label("starts_at"),
+                db_now().label("now"),
+            )
+        ).first()
         if row is None:
-            until = self.session.execute(self._sql["paused_until"]).first()
+            until = self._paused_until()
             if until is None:
                 self._ensure_pace_row()
                 return PaceAnswer(None)
-            return PaceAnswer(None, _seconds(until.next_start_at, until.now))
+            return PaceAnswer(None, max(0.0, until))
         return PaceAnswer(max(0.0, _seconds(row.starts_at, row.now)))
+
+    def _paused_until(self) -> float | None:
+        row = self.session.execute(
+            select(provider_pace.c.next_start_at, db_now().label("now")).where(
+                provider_pace.c.id == _PACE_ROW
+            )
+        ).first()
+        return None if row is None else _seconds(row.next_start_at, row.now)
+
+    def _ensure_pace_row(self) -> None:
+        insert_fn = postgresql.insert if self._dialect == "postgresql" else sqlite.insert
+        self.session.execute(
+            insert_fn(provider_pace)
+            .values(id=_PACE_ROW, next_start_at=db_now())
+            .on_conflict_do_nothing(index_elements=[provider_pace.c.id])
+        )
 
     def paused_for(self) -> float:
         """Seconds until calls may start again (a 429 paused them); 0 when not paused."""
-        row = self.session.execute(self._sql["paused_until"]).first()
-        if row is None:
-            return 0.0
-        return max(0.0, _seconds(row.next_start_at, row.now))
+        until = self._paused_until()
+        return 0.0 if until is None else max(0.0, until)
 
     def pause_starts(self, seconds: float) -> None:
         """Push the deployment's next start at least ``seconds`` from now (a 429's Retry-After)."""
-        row = self.session.execute(self._sql["pause"], {"seconds": float(seconds)}).first()
-        if row is None:
+        statement = (
+            update(provider_pace)
+            .where(provider_pace.c.id == _PACE_ROW)
+            .values(next_start_at=_greatest(provider_pace.c.next_start_at, later(seconds)))
+            .returning(provider_pace.c.next_start_at)
+        )
+        if self.session.execute(statement).first() is None:
             self._ensure_pace_row()
-            self.session.execute(self._sql["pause"], {"seconds": float(seconds)})
+            self.session.execute(statement)
 
     def count_waiting(self, job_id: int, attempt: int, reason: str, delta: int) -> None:
         """Add ``delta`` to the run's count of items waiting for ``reason`` (slot or pace)."""
-        statement = self._sql["wait_slot" if reason == "slot" else "wait_pace"]
-        # The job row first: the lock order of an item's start (job, then its run).
-        self.session.execute(self._sql["bump_job"], {"job": job_id})
-        self.session.execute(statement, {"job": job_id, "attempt": attempt, "delta": delta})
+        column = runs.c.waiting_for_slot if reason == "slot" else runs.c.waiting_for_pace
+        # The counts show in the job's answer, so its version (the ETag) moves with them;
+        # the job row first: the lock order of an item's start (job, then its run).
+        self.session.execute(
+            update(jobs).where(jobs.c.id == job_id).values(version=jobs.c.version + 1)
+        )
+        self.session.execute(
+            update(runs)
+            .where(runs.c.job_id == job_id, runs.c.attempt == attempt)
+            .values({column: column + delta})
+        )
 
     def waiting(self, job_id: int) -> tuple[int, int]:
         """(waiting for a slot, waiting for the pace) of the job's live run; zeros otherwise."""
-        row = self.session.execute(self._sql["waiting"], {"job": job_id}).first()
+        row = self.session.execute(
+            select(runs.c.waiting_for_slot, runs.c.waiting_for_pace)
+            .join(jobs, and_(jobs.c.id == runs.c.job_id, jobs.c.attempt == runs.c.attempt))
+            .where(
+                jobs.c.id == job_id,
+                jobs.c.status == JobStatus.GENERATING,
+                runs.c.outcome == RunOutcome.RUNNING,
+            )
+        ).first()
         if row is None:
             return 0, 0
         return max(0, int(row.waiting_for_slot)), max(0, int(row.waiting_for_pace))
-
-
-def _share_params(
-    job_id: int, capacity: int, worker_dead_seconds: float, max_hold_seconds: float
-) -> dict[str, int | float]:
-    """The parameters of a job's fair share and of what counts as a live slot."""
-    return {
-        "job": job_id,
-        "cap": int(capacity),
-        "neg_dead": -float(worker_dead_seconds),
-        "neg_hold": -float(max_hold_seconds),
-    }
-
-
-def _handed_params(handoff: SlotGrant | None) -> dict[str, int]:
-    """The slot handed over to an acquire (none: numbers no slot has)."""
-    if handoff is None:
-        return {"hslot": -1, "htoken": -1}
-    return {"hslot": handoff.slot, "htoken": handoff.token}
 
 
 def _by_slot(grant: SlotGrant) -> int:
     return grant.slot
 
 
-def _seconds(later: datetime, earlier: datetime) -> float:
-    return (later - earlier).total_seconds()
+def _seconds(later_moment: datetime, earlier: datetime) -> float:
+    return (later_moment - earlier).total_seconds()

@@ -1,41 +1,38 @@
 """The spending repository: the monthly ledger, budgets, per-run billing, shared audio.
 
-Every compare-and-set is one statement that returns whether it won. The reservation is
-the budget's only guard: one upsert whose update is conditional on ``billed + n <=
-budget`` on the ledger row itself, so concurrent runs in any number of processes
-serialize on that row and can never overshoot.
+Every compare-and-set is a named method that returns whether it won. The month's upsert
+is the budget's only guard: its update is conditional on ``billed + n <= budget`` on the
+ledger row itself, so concurrent runs in any number of processes serialize on that row
+and can never overshoot. Each billed attempt is a reservation row, which a refund flips.
 """
 
 from __future__ import annotations
 
-import functools
 from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any, Protocol, cast
 
-from sqlalchemy import (
-    Integer,
-    Table,
-    and_,
-    bindparam,
-    func,
-    literal_column,
-    or_,
-    select,
-    update,
-)
+from sqlalchemy import Table, and_, func, insert, literal, or_, select, update
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.ext.compiler import compiles
 from sqlalchemy.orm import Session
 from sqlalchemy.sql.compiler import SQLCompiler
-from sqlalchemy.sql.dml import Update
-from sqlalchemy.sql.expression import ColumnElement, FunctionElement
-from sqlalchemy.sql.selectable import TextualSelect
+from sqlalchemy.sql.expression import FunctionElement
 from sqlalchemy.types import String
 
-from ..db import const
-from ..models import Export, Item, ItemStatus, Job, Organization, Run, UsageMonth
-from .riders import Rider
+from ..db import db_now
+from ..models import (
+    Export,
+    Item,
+    ItemStatus,
+    Job,
+    Organization,
+    Run,
+    UsageMonth,
+)
+from ..models import (
+    Reservation as ReservationRow,
+)
 
 organizations = cast(Table, Organization.__table__)
 usage_months = cast(Table, UsageMonth.__table__)
@@ -43,6 +40,7 @@ items = cast(Table, Item.__table__)
 jobs = cast(Table, Job.__table__)
 runs = cast(Table, Run.__table__)
 exports = cast(Table, Export.__table__)
+reservations = cast(Table, ReservationRow.__table__)
 
 # Fingerprints per IN (...) list: well under every backend's bound-parameter limit.
 _CHUNK = 500
@@ -83,45 +81,13 @@ class Usage:
 
 
 @dataclass(frozen=True)
-class Bill:
-    """What ``bill_call`` answers: whether the call fit the budget (the bill is truthy
-    then), and whether the rider it carried won (False without one, or when it did not
-    fit: the caller then rolls the transaction back)."""
+class Reservation:
+    """One provider attempt's characters, billed to ``month`` before it is sent."""
 
-    fit: bool
-    carried: bool = False
-
-    def __bool__(self) -> bool:
-        return self.fit
-
-
-@dataclass(frozen=True)
-class CallBill:
-    """One provider call's bill, not yet run: the billing statements' parameters and the
-    rider it carries. ``run`` bills it with statements of its own; on PostgreSQL an
-    item's start carries it instead, as CTEs of its one statement (``bill_ctes``)."""
-
-    params: dict[str, int]
-    carrying: Rider | None = None
-
-    def run(self, session: Session) -> Bill:
-        """Bill the call now, in the session's transaction (see ``bill_call``)."""
-        carrying, dialect = self.carrying, session.get_bind().dialect.name
-        if carrying is not None and dialect == "postgresql":
-            row = session.execute(_carrying(carrying.statement), self.statement_params()).first()
-            return Bill(row is not None, row is not None and bool(row.carried))
-        carried = carrying is not None and carrying.run(session)
-        *before, reserve = _billing_statements(dialect).bill
-        for statement in before:
-            session.execute(statement, self.params)
-        fit = session.execute(reserve, self.params).first() is not None
-        return Bill(fit, fit and carried)
-
-    def statement_params(self) -> dict[str, Any]:
-        """Its parameters and its rider's, for the statement that carries it."""
-        if self.carrying is None:
-            return dict(self.params)
-        return {**self.params, **self.carrying.params}
+    id: int
+    job_id: int
+    characters: int
+    month: str
 
 
 def _chunks(values: list[str]) -> Iterable[list[str]]:
@@ -149,55 +115,105 @@ class SpendingRepository:
         self.session = session
         self._dialect = session.get_bind().dialect.name
 
-    def call_bill(
-        self,
-        organization_id: int,
-        job_id: int,
-        attempt: int,
-        characters: int,
-        *,
-        carrying: Rider | None = None,
-    ) -> CallBill:
-        """One call's bill (see ``bill_call``) for an item's start to carry in its own
-        statement (``RunsRepository.finish_and_start_item``), or to run alone."""
-        params = _ledger_params(organization_id, job_id, attempt, characters, calls=1)
-        return CallBill(params, carrying)
-
-    def bill_call(
-        self,
-        organization_id: int,
-        job_id: int,
-        attempt: int,
-        characters: int,
-        *,
-        carrying: Rider | None = None,
-    ) -> Bill:
-        """Compare-and-set: bill one provider call of ``characters`` to this month, and
-        add it to the run's share of the ledger; whether it fit the budget.
+    def reserve_characters(
+        self, organization_id: int, job_id: int, attempt: int, characters: int
+    ) -> Reservation | None:
+        """Compare-and-set: bill one provider attempt of ``characters`` to this month
+        (and to the run's share of the ledger) before it is sent; None when it does not
+        fit the budget (nothing is written then).
 
         The month's row is one upsert: the first call of a month inserts it (if it fits
         the budget at all), later ones add to it only while ``billed + n <= budget``; the
         guard is on the row being updated, which PostgreSQL re-checks on its newest
-        version and SQLite writes under its one write lock. When it does not fit, the
-        run's line moved anyway: the caller rolls the transaction back. On PostgreSQL the
-        run's line is a CTE of the upsert (one round trip: this runs while the item's
-        start holds its job's row), and so is ``carrying``, another repository's
-        compare-and-set (the slot kept for this call); elsewhere that runs first.
+        version and SQLite writes under its one write lock.
         """
-        return self.call_bill(organization_id, job_id, attempt, characters, carrying=carrying).run(
-            self.session
+        budget = (
+            select(organizations.c.budget_characters)
+            .where(organizations.c.id == organization_id)
+            .scalar_subquery()
         )
+        insert_fn = postgresql.insert if self._dialect == "postgresql" else sqlite.insert
+        source = select(
+            literal(organization_id), db_month(), literal(characters), literal(1)
+        ).where(or_(budget.is_(None), literal(characters) <= budget))
+        upsert = insert_fn(usage_months).from_select(
+            ["organization_id", "month", "billed_characters", "provider_calls"], source
+        )
+        month = self.session.execute(
+            upsert.on_conflict_do_update(
+                index_elements=[usage_months.c.organization_id, usage_months.c.month],
+                set_={
+                    "billed_characters": usage_months.c.billed_characters
+                    + upsert.excluded.billed_characters,
+                    "provider_calls": usage_months.c.provider_calls + 1,
+                },
+                where=or_(
+                    budget.is_(None),
+                    usage_months.c.billed_characters + upsert.excluded.billed_characters <= budget,
+                ),
+            ).returning(usage_months.c.month)
+        ).scalar_one_or_none()
+        if month is None:
+            return None
+        self._run_line(job_id, attempt, characters, calls=1)
+        reservation_id = self.session.execute(
+            insert(reservations)
+            .values(
+                organization_id=organization_id,
+                job_id=job_id,
+                attempt=attempt,
+                month=month,
+                characters=characters,
+            )
+            .returning(reservations.c.id)
+        ).scalar_one()
+        return Reservation(int(reservation_id), job_id, characters, month)
 
-    def refund_characters(
-        self, organization_id: int, job_id: int, attempt: int, characters: int
-    ) -> None:
-        """Take back one reserved call that was never sent (from the month and the run)."""
+    def refund_reservation(self, reservation: Reservation) -> bool:
+        """Compare-and-set: give back a reserved attempt that was never sent, to the
+        month that paid for it; whether it won (a second refund of it gives nothing)."""
         # The run history changes: the job's ETag must too. The job row first, as in an
-        # item's start (its fence): a refund and a start of the run take turns on that
-        # row, so they cannot deadlock on the run's or the month's.
-        params = _ledger_params(organization_id, job_id, attempt, -characters, calls=-1)
-        for statement in _billing_statements(self._dialect).refund:
-            self.session.execute(statement, params)
+        # item's start (its fence), so a refund and a start of the run take turns on it.
+        self.session.execute(
+            update(jobs).where(jobs.c.id == reservation.job_id).values(version=jobs.c.version + 1)
+        )
+        row = self.session.execute(
+            update(reservations)
+            .where(reservations.c.id == reservation.id, reservations.c.refunded_at.is_(None))
+            .values(refunded_at=db_now())
+            .returning(
+                reservations.c.organization_id,
+                reservations.c.attempt,
+                reservations.c.month,
+                reservations.c.characters,
+            )
+        ).first()
+        if row is None:
+            return False
+        self.session.execute(
+            update(usage_months)
+            .where(
+                usage_months.c.organization_id == row.organization_id,
+                usage_months.c.month == row.month,
+            )
+            .values(
+                billed_characters=usage_months.c.billed_characters - row.characters,
+                provider_calls=usage_months.c.provider_calls - 1,
+            )
+        )
+        self._run_line(reservation.job_id, row.attempt, -row.characters, calls=-1)
+        return True
+
+    def _run_line(self, job_id: int, attempt: int, characters: int, *, calls: int) -> None:
+        """The run's share of the ledger: + n and one call, or - n and - 1 for a refund."""
+        self.session.execute(
+            update(runs)
+            .where(runs.c.job_id == job_id, runs.c.attempt == attempt)
+            .values(
+                billed_characters=runs.c.billed_characters + characters,
+                provider_calls=runs.c.provider_calls + calls,
+            )
+        )
 
     def usage(self, organization_id: int) -> Usage:
         """This month's ledger of the organization (zeros before its first call)."""
@@ -304,122 +320,3 @@ class SpendingRepository:
         return (
             self.session.execute(select(items.c.id).where(items.c.audio_path == key).limit(1))
         ).first() is not None
-
-
-def _ledger_params(
-    organization_id: int, job_id: int, attempt: int, characters: int, *, calls: int
-) -> dict[str, int]:
-    """The billing statements' parameters: characters and calls added (negative: given back)."""
-    return {
-        "p_org": organization_id,
-        "p_n": characters,
-        "p_calls": calls,
-        "p_job": job_id,
-        "p_attempt": attempt,
-    }
-
-
-@dataclass(frozen=True)
-class _Billing:
-    """A sent call's statements (the run's line, then the month's reservation; on
-    PostgreSQL one statement), and a refund's (the job's version, the run, the month)."""
-
-    bill: tuple[Any, ...]
-    refund: tuple[Any, ...]
-
-
-def bill_ctes(dialect: str, when: ColumnElement[bool] | None = None) -> tuple[Update, Any]:
-    """A sent call's two writes (parameters p_org, p_n, p_calls, p_job, p_attempt): the
-    run's line (+ n and one call) and the month's reservation, an upsert that returns
-    the month's row only when the call fits the budget.
-
-    With ``when``, a condition on another statement's CTEs, both change nothing unless
-    it holds: an item's start carries them as CTEs of its one statement, billing only
-    when it started an item that it will send.
-    """
-    organization_id = bindparam("p_org", type_=Integer)
-    n = bindparam("p_n", type_=Integer)
-    calls = bindparam("p_calls", type_=Integer)
-    budget = (
-        select(organizations.c.budget_characters)
-        .where(organizations.c.id == organization_id)
-        .scalar_subquery()
-    )
-    insert_fn = postgresql.insert if dialect == "postgresql" else sqlite.insert
-    source = select(organization_id, db_month(), n, const(1)).where(
-        or_(budget.is_(None), n <= budget)
-    )
-    run = update(runs).where(
-        runs.c.job_id == bindparam("p_job", type_=Integer),
-        runs.c.attempt == bindparam("p_attempt", type_=Integer),
-    )
-    if when is not None:
-        source, run = source.where(when), run.where(when)
-    upsert = insert_fn(usage_months).from_select(
-        ["organization_id", "month", "billed_characters", "provider_calls"], source
-    )
-    reserve = upsert.on_conflict_do_update(
-        index_elements=[usage_months.c.organization_id, usage_months.c.month],
-        set_={
-            "billed_characters": usage_months.c.billed_characters
-            + upsert.excluded.billed_characters,
-            "provider_calls": usage_months.c.provider_calls + const(1),
-        },
-        where=or_(
-            budget.is_(None),
-            usage_months.c.billed_characters + upsert.excluded.billed_characters <= budget,
-        ),
-    ).returning(usage_months.c.id)
-    # The run's share of the ledger: + n and one call for a call, - n and - 1 for a refund.
-    line = run.values(
-        billed_characters=runs.c.billed_characters + n,
-        provider_calls=runs.c.provider_calls + calls,
-    )
-    return line, reserve
-
-
-@functools.cache
-def _billing_statements(dialect: str) -> _Billing:
-    """Built once per dialect: a call's billing runs while the item's start holds its
-    job's row, so building it per call would lengthen that (parameters p_org, p_n,
-    p_calls, p_job, p_attempt)."""
-    organization_id = bindparam("p_org", type_=Integer)
-    n = bindparam("p_n", type_=Integer)
-    calls = bindparam("p_calls", type_=Integer)
-    run, reserve = bill_ctes(dialect)
-    month = (
-        update(usage_months)
-        .where(
-            usage_months.c.organization_id == organization_id,
-            usage_months.c.month == db_month(),
-        )
-        .values(
-            billed_characters=usage_months.c.billed_characters + n,
-            provider_calls=usage_months.c.provider_calls + calls,
-        )
-    )
-    job = (
-        update(jobs)
-        .where(jobs.c.id == bindparam("p_job", type_=Integer))
-        .values(version=jobs.c.version + 1)
-    )
-    if dialect == "postgresql":
-        bill: tuple[Any, ...] = (reserve.add_cte(run.returning(runs.c.id).cte("run_line")),)
-    else:
-        bill = (run, reserve)
-    return _Billing(bill=bill, refund=(job, run, month))
-
-
-# PostgreSQL's reservation carrying a rider, per rider statement (there is one: the slot's
-# renewal), built once: the rider's CTE, and in RETURNING whether it returned a row.
-_CARRYING: dict[int, tuple[TextualSelect, Any]] = {}
-
-
-def _carrying(rider: TextualSelect) -> Any:
-    cached = _CARRYING.get(id(rider))
-    if cached is None or cached[0] is not rider:
-        (reserve,) = _billing_statements("postgresql").bill
-        carried = rider.cte("carried")
-        won = select(literal_column("1")).select_from(carried).exists().label("carried")
-        cached = _CARRYING[id(rider)] = (rider, reserve.add_cte(carried).returning(won))
-    return cached[1]

@@ -1,4 +1,9 @@
-"""This process's worker identity and its heartbeat thread."""
+"""This process's worker identity and its heartbeat thread.
+
+The heartbeat thread does nothing else: background work (the resume tick) runs on
+threads of its own (``loops.py``), so however slow it is, it never makes this process's
+live runs look dead.
+"""
 
 from __future__ import annotations
 
@@ -6,9 +11,8 @@ import logging
 import os
 import socket
 import threading
-from collections.abc import Callable
 
-from .uow import SessionUowFactory
+from ..uow import SessionUowFactory
 
 log = logging.getLogger(__name__)
 
@@ -28,13 +32,11 @@ class WorkerIdentity:
         self._id: int | None = None
         self._pid: int | None = None
         self._stop = threading.Event()
-        # Background work run by the heartbeat thread after each beat that reached the
-        # database (e.g. resuming interrupted jobs).
-        self._ticks: list[Callable[[], object]] = []
 
-    def add_tick(self, tick: Callable[[], object]) -> None:
-        """Run ``tick`` in the heartbeat thread after every successful beat."""
-        self._ticks.append(tick)
+    @property
+    def interval_seconds(self) -> float:
+        """Seconds between two heartbeats."""
+        return self._interval
 
     def id(self) -> int:
         """This process's worker id, registering it on first use."""
@@ -63,14 +65,6 @@ class WorkerIdentity:
                 # A database blip must not kill the heartbeat; a long one makes the
                 # worker look dead, and fencing then keeps its runs from writing.
                 log.exception("worker heartbeat failed id=%s", worker_id)
-                continue
-            for tick in list(self._ticks):
-                if stop.is_set():
-                    break
-                try:
-                    tick()
-                except Exception:
-                    log.exception("background tick failed id=%s", worker_id)
 
     def stop(self) -> None:
         """Stop heartbeating and record that this worker stopped on purpose."""

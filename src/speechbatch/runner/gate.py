@@ -1,0 +1,284 @@
+"""The provider gate: deployment-wide slots, the pace, and waking those who wait.
+
+A slot is a row of ``provider_slots`` taken by one compare-and-set (reclaim-or-insert,
+see ``repositories/slots.py``) inside an item's start transaction, and given back in
+its finish transaction; a dead holder's slot comes back without a sweeper. Fairness is
+the acquire's SQL rule: a job takes a slot only while under its fair share.
+
+An item that found no slot waits here until a slot is released somewhere:
+- a release in this process wakes its waiters directly (``released``);
+- on PostgreSQL every release notifies ``SLOT_CHANNEL`` in its transaction, and one
+  listener thread per process (its own connection, ``LISTEN``) wakes the waiters when
+  a release of any process commits;
+- a slow poll (``POLL_SECONDS``) is the fallback: SQLite across processes, a lost
+  notification, a fair share grown because another job ended.
+A waiter whose job holds its fair share waits only for a release of its own job's slots.
+
+The pace (``PROVIDER_RPM``) books start times on one row on the database's clock, and a
+429's Retry-After pushes that row forward, pausing new calls across the deployment.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections import defaultdict
+from collections.abc import Callable
+from typing import Protocol, TypeVar
+
+from ..config import Settings
+from ..repositories.slots import SLOT_CHANNEL, SlotGrant, SlotRepository
+
+log = logging.getLogger(__name__)
+T = TypeVar("T")
+
+# The fallback: how long a waiter waits for a wake-up before it asks again anyway.
+POLL_SECONDS = 0.5
+# How long the listener waits for a notification before it checks whether to stop.
+LISTEN_WAIT_SECONDS = 0.5
+# Waits shorter than this are not worth a write to say so.
+VISIBLE_WAIT_SECONDS = 0.25
+# How long this process trusts what it last read of a 429 pause (when RPM is 0).
+PAUSE_CACHE_SECONDS = 0.5
+
+
+class SlotTx(Protocol):
+    """Runs ``work`` in one short transaction (retrying while the database is away)."""
+
+    def __call__(self, work: Callable[[SlotRepository], T]) -> T: ...
+
+
+class CallNotStarted(Exception):
+    """The run began to stop (drain, cancel) while waiting for the pace."""
+
+
+class ProviderGate:
+    """This process's access to the deployment's provider slots and pace."""
+
+    def __init__(
+        self,
+        tx: SlotTx,
+        settings: Settings,
+        worker_id: Callable[[], int],
+        listen_dsn: str | None = None,
+    ) -> None:
+        self._tx = tx
+        self.settings = settings
+        self._worker_id = worker_id
+        # Counts of releases seen (all, and per job), under _changed.
+        self._changed = threading.Condition()
+        self._releases = 0
+        self._job_releases: defaultdict[int, int] = defaultdict(int)
+        self._listen_dsn = listen_dsn
+        self._listener: threading.Thread | None = None
+        self._closed = threading.Event()
+        self._pause_lock = threading.Lock()
+        self._paused_until = 0.0  # time.monotonic() until which starts are paused
+        self._pause_checked_at = float("-inf")
+
+    @property
+    def max_hold_seconds(self) -> float:
+        """A slot held longer than any call lasts lost its release: it counts as free."""
+        return self.settings.tts_timeout_seconds + self.settings.worker_dead_seconds + 5.0
+
+    def _limits(self) -> dict[str, float]:
+        return {
+            "capacity": self.settings.provider_concurrency,
+            "worker_dead_seconds": self.settings.worker_dead_seconds,
+            "max_hold_seconds": self.max_hold_seconds,
+        }
+
+    # Slots, inside the caller's transaction.
+
+    def take(self, slots: SlotRepository, job_id: int, attempt: int) -> SlotGrant | None:
+        """One try for a slot in the caller's transaction (an item's start); None when
+        none is free for this job (or the run is fenced)."""
+        return slots.acquire_slot(
+            self._worker_id(),
+            job_id,
+            attempt,
+            capacity=self.settings.provider_concurrency,
+            worker_dead_seconds=self.settings.worker_dead_seconds,
+            max_hold_seconds=self.max_hold_seconds,
+        )
+
+    def holds_its_share(self, slots: SlotRepository, job_id: int) -> bool:
+        """Whether the job holds its fair share now (only its own releases help it)."""
+        return slots.holds_its_share(
+            job_id,
+            capacity=self.settings.provider_concurrency,
+            worker_dead_seconds=self.settings.worker_dead_seconds,
+            max_hold_seconds=self.max_hold_seconds,
+        )
+
+    def release(self, grant: SlotGrant, job_id: int) -> None:
+        """Give a slot back in a transaction of its own (a call that ended without a
+        finish transaction to carry it), then wake the waiters."""
+        try:
+            self._tx(lambda slots: slots.release_slot(grant, job_id))
+        except Exception:
+            # The slot comes back anyway after max_hold_seconds.
+            log.exception("could not release provider slot %s", grant.slot)
+        self.released(job_id)
+
+    # Waiting for a release.
+
+    def mark(self) -> int:
+        """How many releases were seen so far; take it BEFORE a try, pass it to ``wait``."""
+        self._ensure_listener()
+        with self._changed:
+            return self._releases
+
+    def job_mark(self, job_id: int) -> int:
+        """How many of the job's slots were released so far (see ``wait``)."""
+        with self._changed:
+            return self._job_releases[job_id]
+
+    def released(self, job_id: int | None = None) -> None:
+        """A slot (of ``job_id``, if known) was given back and committed: wake waiters."""
+        with self._changed:
+            self._releases += 1
+            if job_id is not None:
+                self._job_releases[job_id] += 1
+            self._changed.notify_all()
+
+    def wait(self, mark: int, job_id: int, job_mark: int | None) -> bool:
+        """Wait for a release after ``mark`` (with ``job_mark``: one of the job's own,
+        since the job holds its fair share), at most POLL_SECONDS; whether one came."""
+
+        def came() -> bool:
+            if self._closed.is_set():
+                return True
+            if job_mark is not None:
+                return self._job_releases[job_id] != job_mark
+            return self._releases != mark
+
+        with self._changed:
+            return self._changed.wait_for(came, timeout=POLL_SECONDS)
+
+    def close(self) -> None:
+        """Stop the listener and wake every waiter (this process is stopping)."""
+        self._closed.set()
+        with self._changed:
+            self._changed.notify_all()
+        listener = self._listener
+        if listener is not None and listener is not threading.current_thread():
+            listener.join(2.0)  # it notices within its 1 s wait for notifications
+
+    def _ensure_listener(self) -> None:
+        if self._listen_dsn is None or self._listener is not None or self._closed.is_set():
+            return
+        with self._changed:
+            if self._listener is not None:
+                return
+            self._listener = threading.Thread(
+                target=self._listen, name="speechbatch-slot-listener", daemon=True
+            )
+            self._listener.start()
+
+    def _listen(self) -> None:
+        """PostgreSQL: wake this process's waiters at every committed release."""
+        import psycopg  # only PostgreSQL deployments listen
+
+        assert self._listen_dsn is not None
+        while not self._closed.is_set():
+            try:
+                with psycopg.connect(self._listen_dsn, autocommit=True) as conn:
+                    conn.execute(f"LISTEN {SLOT_CHANNEL}")
+                    self.released()  # a release may have come while not listening
+                    while not self._closed.is_set():
+                        for note in conn.notifies(timeout=LISTEN_WAIT_SECONDS):
+                            self.released(int(note.payload) if note.payload else None)
+            except Exception:
+                log.warning("slot listener lost its connection; polling meanwhile", exc_info=True)
+                self._closed.wait(1.0)
+
+    # The pace.
+
+    def pause(self, seconds: float) -> None:
+        """Pause new starts across the deployment for ``seconds`` (a 429's Retry-After)."""
+        try:
+            self._tx(lambda slots: slots.pause_starts(seconds))
+        except Exception:
+            log.exception("could not pause provider starts")
+        with self._pause_lock:
+            self._paused_until = max(self._paused_until, time.monotonic() + seconds)
+        log.warning("provider asked to wait %.1f s: new calls paused deployment-wide", seconds)
+
+    def _pause_left(self) -> float:
+        """Seconds left of a deployment-wide pause (read at most every PAUSE_CACHE_SECONDS)."""
+        now = time.monotonic()
+        with self._pause_lock:
+            if now - self._pause_checked_at < PAUSE_CACHE_SECONDS:
+                return max(0.0, self._paused_until - now)
+            self._pause_checked_at = now
+        seconds = self._tx(lambda slots: slots.paused_for())
+        with self._pause_lock:
+            self._paused_until = max(self._paused_until, now + seconds)
+            return max(0.0, self._paused_until - now)
+
+    def wait_for_pace(self, stopping: Callable[[], bool], waiting: Waiting) -> None:
+        """Wait until a call may start: the deployment's pace (RPM) and any 429 pause.
+        Raises CallNotStarted when the run begins to stop meanwhile."""
+        rpm = self.settings.provider_rpm
+        while True:
+            if rpm > 0:
+                answer = self._tx(lambda slots: slots.reserve_start(60.0 / rpm))
+                wait = answer.wait_seconds
+                if wait is not None:
+                    if wait > 0:
+                        waiting.set("pace" if wait > VISIBLE_WAIT_SECONDS else None)
+                        _sleep(wait, stopping)
+                    return
+                left = max(0.05, min(answer.paused_for_seconds, 1.0))
+            else:
+                left = self._pause_left()
+                if left <= 0:
+                    return
+            if stopping():
+                raise CallNotStarted()
+            waiting.set("pace")
+            _sleep(min(left, 1.0), stopping)
+
+
+# count_waiting(reason, delta): add delta to the run's count of items waiting for reason.
+WaitCounter = Callable[[str, int], None]
+
+
+class Waiting:
+    """Counts one item on its run's row while it waits longer than a moment, and why."""
+
+    def __init__(self, count: WaitCounter) -> None:
+        self._count = count
+        self._since = time.monotonic()
+        self._shown: str | None = None
+
+    def set(self, reason: str | None) -> None:
+        """Show the item as waiting for ``reason`` ("slot", "pace"; None: not waiting)."""
+        if reason is not None and time.monotonic() - self._since < VISIBLE_WAIT_SECONDS:
+            return
+        if reason == self._shown:
+            return
+        try:
+            if self._shown is not None:
+                self._count(self._shown, -1)
+            if reason is not None:
+                self._count(reason, 1)
+            self._shown = reason
+        except Exception:
+            # Only a display: never let it stop a call.
+            log.warning("could not count a waiting item", exc_info=True)
+
+    def done(self) -> None:
+        """The item no longer waits."""
+        self.set(None)
+
+
+def _sleep(seconds: float, stopping: Callable[[], bool]) -> None:
+    """Sleep, waking early (in steps of at most 0.1 s) when the run begins to stop."""
+    deadline = time.monotonic() + seconds
+    while (left := deadline - time.monotonic()) > 0:
+        if stopping():
+            raise CallNotStarted()
+        time.sleep(min(left, 0.1))

@@ -1,0 +1,343 @@
+"""One item of a run, in three steps: start, call, finish.
+
+1. ``start``: ONE short fenced transaction. The fence (the job row at the run's
+   attempt), the item PENDING -> GENERATING, its fingerprint looked up: found, the item
+   is DONE right here with the audio it shares (no call, no slot, no reservation);
+   otherwise its characters are reserved (the budget's compare-and-set) and a provider
+   slot taken. No free slot: the transaction rolls back, the item waits on the gate
+   (keeping its fence fresh) and starts again.
+2. ``call``: the provider call with nothing held (see ``call.py``).
+3. ``finish``: ONE short fenced transaction: DONE (its audio key) or ERROR, the slot
+   released. Then the audio it replaced is deleted when nothing refers to it any more.
+
+A fenced write that wins nothing means the run was declared dead or superseded: it
+raises Fenced and the run stops, writing nothing more. Nothing is carried from one item
+to the next.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import TypeVar
+
+from .. import metrics
+from ..config import Settings
+from ..errors import BudgetExceeded, DatabaseUnavailable, Fenced
+from ..providers.base import TTSProvider
+from ..repositories.items import FinishedItem
+from ..repositories.slots import SlotGrant
+from ..repositories.spending import Reservation
+from ..storage import LocalStorage
+from ..uow import Writer
+from .gate import ProviderGate, Waiting
+from .transactions import Transactions
+
+log = logging.getLogger(__name__)
+T = TypeVar("T")
+
+# A provider call is sent only within this fraction of WORKER_DEAD_SECONDS after the start
+# of the run's last successful fenced write; an older fence is renewed first (one UPDATE).
+# Recovery of a dead worker needs WORKER_DEAD_SECONDS without a heartbeat, and the
+# heartbeat beats about every quarter of that and freezes with the process: a fence
+# younger than a quarter leaves about half of WORKER_DEAD_SECONDS before anyone can take
+# the item over. The clock is read BEFORE the fenced transaction starts, so a commit that
+# happened before a freeze and returned after it never looks fresh.
+FRESH_FENCE_FRACTION = 0.25
+
+
+def audio_key(job_id: int, item_id: int, attempt: int, extension: str) -> str:
+    """Where an item's audio of one attempt lives; a later run never reuses the name."""
+    return f"jobs/{job_id}/{item_id}-a{attempt}.{extension}"
+
+
+@dataclass
+class Run:
+    """One run of this process, shared by its item threads."""
+
+    job_id: int
+    attempt: int
+    voice: str = ""
+    organization_id: int = 0
+    regenerate: bool = False
+    # Set (with the message) when the budget could not pay for the next call.
+    over_budget: str | None = None
+    # Items were left PENDING because the run began to stop (drain).
+    left_items: bool = False
+    # time.monotonic() taken just before the run's last fenced write that won (any thread).
+    fenced_at: float = float("-inf")
+    fenced: threading.Event = field(default_factory=threading.Event)
+    done: threading.Event = field(default_factory=threading.Event)
+
+
+class NoSlot(Exception):
+    """The start found no free slot for its job: its transaction rolls back.
+    ``at_share``: the job holds its fair share (only its own releases help it)."""
+
+    def __init__(self, at_share: bool) -> None:
+        super().__init__("no provider slot free")
+        self.at_share = at_share
+
+
+@dataclass
+class Started:
+    """An item that its start made GENERATING, with what its first call holds; or,
+    with ``reused_from``, an item made DONE by sharing that item's audio."""
+
+    item_id: int
+    text: str
+    fingerprint: str
+    slot: SlotGrant | None = None
+    reservation: Reservation | None = None
+    # The audio the item had when it started (a regenerate replaces it).
+    previous_audio_path: str | None = None
+    reused_from: int | None = None
+    orphaned_audio_path: str | None = None
+
+
+class Items:
+    """Starts, fences and finishes the items of this process's runs."""
+
+    def __init__(
+        self,
+        tx: Transactions,
+        gate: ProviderGate,
+        provider: TTSProvider,
+        storage: LocalStorage,
+        settings: Settings,
+        draining: Callable[[], bool],
+    ) -> None:
+        self.tx = tx
+        self.gate = gate
+        self.provider = provider
+        self.storage = storage
+        self.settings = settings
+        self.draining = draining
+
+    # 1. start
+
+    def start(self, run: Run, item_id: int, text: str, fingerprint: str) -> Started | None:
+        """Start the item (see the module's docstring); None when it is not to be sent
+        now (no longer startable, the budget refused it, the run began to stop)."""
+        waiting = Waiting(lambda reason, delta: self.count_waiting(run, reason, delta))
+        try:
+            while True:
+                mark, job_mark = self.gate.mark(), self.gate.job_mark(run.job_id)
+                try:
+                    started = self.fenced_tx(
+                        run, lambda uow: self._start_tx(uow, run, item_id, text, fingerprint)
+                    )
+                except NoSlot as refused:
+                    if self.stop_waiting(run):
+                        return None
+                    waiting.set("slot")
+                    self.keep_fence(run)
+                    self.gate.wait(mark, run.job_id, job_mark if refused.at_share else None)
+                    continue
+                except BudgetExceeded:
+                    self.over_budget(run, item_id, len(text))
+                    return None
+                if started is None:
+                    self.fence(run)  # raises Fenced, or the item was not startable
+                return started
+        finally:
+            waiting.done()
+
+    def _start_tx(
+        self, uow: Writer, run: Run, item_id: int, text: str, fingerprint: str
+    ) -> Started | None:
+        lookup = None if run.regenerate else fingerprint
+        started = uow.runs.start_item(run.job_id, run.attempt, item_id, reuse_fingerprint=lookup)
+        if started is None:
+            return None
+        source = started.reusable_item_id
+        if source is not None:
+            reused = uow.runs.reuse_audio(run.job_id, run.attempt, item_id, source, fingerprint)
+            if reused:
+                return Started(
+                    item_id,
+                    started.text,
+                    fingerprint,
+                    reused_from=source,
+                    orphaned_audio_path=reused.orphaned_audio_path,
+                )
+        reservation, slot = self.reserve_and_take(uow, run, len(started.text))
+        return Started(
+            item_id, started.text, fingerprint, slot, reservation, started.previous_audio_path
+        )
+
+    def reserve_and_take(
+        self, uow: Writer, run: Run, characters: int
+    ) -> tuple[Reservation, SlotGrant]:
+        """In a fenced transaction: bill one attempt and take a slot for it. Raises
+        BudgetExceeded or NoSlot, which roll the transaction back."""
+        reservation = uow.spending.reserve_characters(
+            run.organization_id, run.job_id, run.attempt, characters
+        )
+        if reservation is None:
+            raise BudgetExceeded()
+        slot = self.gate.take(uow.slots, run.job_id, run.attempt)
+        if slot is None:
+            raise NoSlot(self.gate.holds_its_share(uow.slots, run.job_id))
+        return reservation, slot
+
+    def stop_waiting(self, run: Run) -> bool:
+        """Whether an item that waits should give up its wait (raises Fenced when fenced)."""
+        if run.fenced.is_set():
+            raise Fenced()
+        if self.draining() or run.over_budget is not None:
+            run.left_items = True
+            return True
+        return False
+
+    # 3. finish
+
+    def finish(self, run: Run, started: Started, audio: bytes | None, error: str | None) -> bool:
+        """Store the audio and make the item DONE, or make it ERROR; release its slot in
+        the same fenced transaction; whether it ended DONE. Raises Fenced when lost."""
+        key = None
+        if audio is not None:
+            key = audio_key(run.job_id, started.item_id, run.attempt, self.provider.file_extension)
+            try:
+                self.storage.write(key, audio)
+            except OSError as exc:
+                key, error = None, f"could not store audio: {exc.strerror}"
+        slot, started.slot = started.slot, None
+
+        def work(uow: Writer) -> FinishedItem:
+            if key is not None and audio is not None:
+                finished = uow.runs.finish_item(
+                    run.job_id,
+                    run.attempt,
+                    started.item_id,
+                    audio_path=key,
+                    audio_bytes=len(audio),
+                    audio_sha256=hashlib.sha256(audio).hexdigest(),
+                    fingerprint=started.fingerprint,
+                    replaced_audio_path=started.previous_audio_path,
+                )
+            else:
+                finished = uow.runs.finish_item(
+                    run.job_id, run.attempt, started.item_id, error_message=error or "failed"
+                )
+            if slot is not None:
+                # Fenced by the grant's token, whether or not the finish won.
+                uow.slots.release_slot(slot, run.job_id)
+            return finished
+
+        finished = self.fenced_tx(run, work)
+        if slot is not None:
+            self.gate.released(run.job_id)
+        if not finished:
+            if key is not None:
+                self.storage.delete(key)
+            raise Fenced()
+        self.delete_orphan(finished.orphaned_audio_path)
+        return key is not None
+
+    def reuse_duplicate(self, run: Run, item_id: int, source: int, fingerprint: str) -> None:
+        """A duplicate of an item this run has just finished shares its audio (no call)."""
+        finished = self.fenced_tx(
+            run,
+            lambda uow: uow.runs.reuse_audio(run.job_id, run.attempt, item_id, source, fingerprint),
+        )
+        if not finished:
+            self.fence(run)
+            return
+        self.delete_orphan(finished.orphaned_audio_path)
+        self.reused(run, item_id, source)
+
+    def delete_orphan(self, key: str | None) -> None:
+        """Delete audio that an item's finish replaced and nothing refers to any more."""
+        if key is not None:
+            self.storage.delete(key)
+
+    def reused(self, run: Run, item_id: int, source_item_id: int) -> None:
+        """Count and log an item that shares another item's audio."""
+        metrics.REUSED_ITEMS.inc()
+        log.info(
+            "audio reused job=%s attempt=%s item=%s from item=%s",
+            run.job_id, run.attempt, item_id, source_item_id,
+        )  # fmt: skip
+
+    # The fence
+
+    def fenced_tx(self, run: Run, work: Callable[[Writer], T]) -> T:
+        """One transaction whose ``work`` returns something falsy when fenced; when it
+        wins, remember when it began: the fence held at some moment after that."""
+        began = time.monotonic()
+        result = self.tx(work)
+        if result:
+            run.fenced_at = max(run.fenced_at, began)
+        return result
+
+    def fence(self, run: Run) -> None:
+        """Stamp progress; raise Fenced when this run may no longer write."""
+        if run.fenced.is_set():
+            raise Fenced()
+        if not self.fenced_tx(
+            run, lambda uow: uow.runs.stamp_job_progress(run.job_id, run.attempt)
+        ):
+            run.fenced.set()
+            raise Fenced()
+
+    def keep_fence(self, run: Run) -> None:
+        """Fence again when the last fence is no longer fresh (FRESH_FENCE_FRACTION);
+        raise Fenced when the run may no longer write. Before every call, and while an
+        item waits (its stamp keeps a job that only waits from looking dead)."""
+        if run.fenced.is_set():
+            raise Fenced()
+        fresh = self.settings.worker_dead_seconds * FRESH_FENCE_FRACTION
+        while time.monotonic() - run.fenced_at > fresh:
+            self.fence(run)
+
+    def count_waiting(self, run: Run, reason: str, delta: int) -> None:
+        """Add ``delta`` to the run's count of items waiting for ``reason``."""
+        self.tx(lambda uow: uow.slots.count_waiting(run.job_id, run.attempt, reason, delta))
+
+    def give_back(self, run: Run, started: Started) -> None:
+        """The attempt will not be sent: refund its reservation and release its slot
+        (both compare-and-sets, so a retried transaction gives nothing back twice)."""
+        reservation, started.reservation = started.reservation, None
+        slot, started.slot = started.slot, None
+        if reservation is None and slot is None:
+            return
+
+        def work(uow: Writer) -> None:
+            if reservation is not None:
+                uow.spending.refund_reservation(reservation)
+            if slot is not None:
+                uow.slots.release_slot(slot, run.job_id)
+
+        try:
+            self.tx(work)
+        except DatabaseUnavailable:
+            # The ledger then counts one call too many: never more than the budget allows.
+            log.warning("could not refund an unsent call job=%s", run.job_id, exc_info=True)
+        if slot is not None:
+            self.gate.released(run.job_id)
+
+    def over_budget(self, run: Run, item_id: int, characters: int) -> None:
+        """Stop starting items: the organization's budget cannot pay for this call."""
+        try:
+            with self.tx.uow_factory(read_only=True) as uow:
+                usage = uow.spending.usage(run.organization_id)
+            spent = (
+                f"{usage.billed_characters:,} of {usage.budget_characters or 0:,} characters "
+                f"billed in {usage.month}, {usage.remaining_characters or 0:,} left"
+            )
+        except DatabaseUnavailable:
+            spent = "the usage could not be read"
+        run.over_budget = (
+            f"over budget: {spent}; the next item needs {characters:,}. "
+            "Unsent items stay pending: raise the budget and Retry."
+        )
+        metrics.BUDGET_REFUSALS.labels(where="run").inc()
+        log.warning(
+            "budget refused a call job=%s attempt=%s item=%s characters=%s: %s",
+            run.job_id, run.attempt, item_id, characters, run.over_budget,
+        )  # fmt: skip
