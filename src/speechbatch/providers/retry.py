@@ -78,20 +78,31 @@ def synthesize_with_retries(
             return audio
 
         if last.retry_after is not None and last.retry_after > timeout_seconds:
-            raise PermanentProviderError(
-                f"rate limited: provider asked to wait {last.retry_after:g} s, more than the "
-                f"{timeout_seconds:g} s cap ({last.message})",
-                last.status,
-            ) from last
-        if attempt == max_attempts:
-            break
-        wait = rand() * BASE_DELAY_SECONDS * 2 ** (attempt - 1)
-        if last.retry_after is not None:
-            wait = max(wait, last.retry_after)
-        sleep(min(wait, timeout_seconds))
+            raise _rate_limited(last, timeout_seconds) from last
+        if attempt < max_attempts:
+            sleep(_wait_before_retry(last, attempt, timeout_seconds, rand))
 
     assert last is not None  # the loop ran at least once and only falls out after a failure
     raise PermanentProviderError(
         f"gave up after {max_attempts} attempt{'s' if max_attempts != 1 else ''}: {last.message}",
         last.status,
     ) from last
+
+
+def _rate_limited(last: RetryableProviderError, timeout_seconds: float) -> PermanentProviderError:
+    """A provider that asks for a longer wait than the cap fails the item at once."""
+    return PermanentProviderError(
+        f"rate limited: provider asked to wait {last.retry_after:g} s, more than the "
+        f"{timeout_seconds:g} s cap ({last.message})",
+        last.status,
+    )
+
+
+def _wait_before_retry(
+    last: RetryableProviderError, attempt: int, timeout_seconds: float, rand: Callable[[], float]
+) -> float:
+    """Full jitter, at least the provider's Retry-After, at most the call's timeout."""
+    wait = rand() * BASE_DELAY_SECONDS * 2 ** (attempt - 1)
+    if last.retry_after is not None:
+        wait = max(wait, last.retry_after)
+    return min(wait, timeout_seconds)

@@ -183,34 +183,7 @@ class SlotRepository:
         release was lost) counts as free, like one whose worker is dead.
         """
         limits = _Limits(capacity, worker_dead_seconds, max_hold_seconds)
-        numbers = select(literal(0, Integer).label("n")).cte("numbers", recursive=True)
-        numbers = numbers.union_all(
-            select((numbers.c.n + 1).label("n")).where(numbers.c.n + 1 < capacity)
-        )
-        held = provider_slots.alias("taken")
-        # Free numbers only, in random order so that concurrent acquirers rarely pick the
-        # same number (a collision costs the loser one retry).
-        candidate = (
-            select(
-                numbers.c.n,
-                literal(1, Integer),
-                literal(worker_id, Integer),
-                literal(job_id, Integer),
-                literal(attempt, Integer),
-                db_now(),
-            )
-            .where(
-                numbers.c.n.not_in(select(held.c.slot).where(limits.live(held))),
-                exists().where(
-                    jobs.c.id == job_id,
-                    jobs.c.attempt == attempt,
-                    jobs.c.status == JobStatus.GENERATING,
-                ),
-                limits.held_by(job_id) < limits.share(),
-            )
-            .order_by(func.random())
-            .limit(1)
-        )
+        candidate = _free_slot_for(limits, worker_id, job_id, attempt)
         insert_fn = postgresql.insert if self._dialect == "postgresql" else sqlite.insert
         upsert = insert_fn(provider_slots).from_select(
             ["slot", "token", "worker_id", "job_id", "attempt", "acquired_at"], candidate
@@ -382,3 +355,36 @@ def _by_slot(grant: SlotGrant) -> int:
 
 def _seconds(later_moment: datetime, earlier: datetime) -> float:
     return (later_moment - earlier).total_seconds()
+
+
+def _free_slot_for(limits: _Limits, worker_id: int, job_id: int, attempt: int) -> Any:
+    """One free slot number (none held live) as the row a grant to this run would be, if
+    the run is still GENERATING at ``attempt`` and under its fair share."""
+    numbers = select(literal(0, Integer).label("n")).cte("numbers", recursive=True)
+    numbers = numbers.union_all(
+        select((numbers.c.n + 1).label("n")).where(numbers.c.n + 1 < limits.capacity)
+    )
+    held = provider_slots.alias("taken")
+    # Free numbers only, in random order so that concurrent acquirers rarely pick the
+    # same number (a collision costs the loser one retry).
+    return (
+        select(
+            numbers.c.n,
+            literal(1, Integer),
+            literal(worker_id, Integer),
+            literal(job_id, Integer),
+            literal(attempt, Integer),
+            db_now(),
+        )
+        .where(
+            numbers.c.n.not_in(select(held.c.slot).where(limits.live(held))),
+            exists().where(
+                jobs.c.id == job_id,
+                jobs.c.attempt == attempt,
+                jobs.c.status == JobStatus.GENERATING,
+            ),
+            limits.held_by(job_id) < limits.share(),
+        )
+        .order_by(func.random())
+        .limit(1)
+    )
