@@ -10,6 +10,7 @@ database (``json_build_object``/``json_agg`` on PostgreSQL, ``json_object``/
 from __future__ import annotations
 
 import functools
+import hashlib
 from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import datetime
@@ -122,15 +123,28 @@ class JobPoll:
 
 @dataclass(frozen=True)
 class ListStamp:
-    """How many jobs a list has, and a stamp that changes when any of them changes."""
+    """How many jobs a list has, and which jobs its page shows, at which versions."""
 
     total: int
-    version_sum: int
-    newest_id: int
+    # The page's jobs as "id:version", newest first, comma-separated.
+    shown: str = ""
 
     def etag(self, variant: str) -> str:
-        """The list's ETag: a job added, or any job changed, changes it."""
-        return f"l{self.total}-{self.version_sum}-{self.newest_id}{variant}"
+        """The list's ETag, from everything its answer is made of: the total and each
+        job on the page at its version (a job's version names its summary). A job
+        added, changed, or leaving a filtered list while another enters changes it,
+        whatever the counts and sums."""
+        digest = hashlib.blake2b(f"{self.total}/{self.shown}".encode(), digest_size=12)
+        return f"l{self.total}-{digest.hexdigest()}{variant}"
+
+
+@dataclass(frozen=True)
+class ListPage:
+    """A page of the list and its stamp, read by one statement (so from one snapshot:
+    the ETag sent with a page always names that page)."""
+
+    stamp: ListStamp
+    document: str  # the page's JSON array
 
 
 class Views(Protocol):
@@ -166,11 +180,13 @@ class Views(Protocol):
 
     def items_json(self, job_id: int, *, status: str | None, offset: int, limit: int) -> str: ...
 
-    def jobs_stamp(self, organization_id: int, *, status: str | None) -> ListStamp: ...
+    def jobs_stamp(
+        self, organization_id: int, *, status: str | None, offset: int = 0, limit: int = 0
+    ) -> ListStamp: ...
 
-    def jobs_json(
+    def jobs_page(
         self, organization_id: int, *, status: str | None, offset: int, limit: int
-    ) -> str: ...
+    ) -> ListPage: ...
 
 
 class JobViews:
@@ -279,26 +295,28 @@ class JobViews:
             ).scalar_one()
         )
 
-    def jobs_stamp(self, organization_id: int, *, status: str | None) -> ListStamp:
-        """The list's total and change stamp, from the job rows alone."""
-        stmt = select(
-            func.count(), func.coalesce(func.sum(jobs.c.version), 0), func.max(jobs.c.id)
-        ).where(jobs.c.organization_id == organization_id)
-        if status is not None:
-            stmt = stmt.where(jobs.c.status == status)
-        row: Any = self.session.execute(stmt).one()
-        return ListStamp(int(row[0]), int(row[1]), int(row[2] or 0))
+    def jobs_stamp(
+        self, organization_id: int, *, status: str | None, offset: int = 0, limit: int = 0
+    ) -> ListStamp:
+        """The list's total and the (id, version) of the jobs on its page (``offset``,
+        ``limit``; none with ``limit`` 0), from the job rows alone: what a conditional
+        read of the list needs, without building the page."""
+        row = self.session.execute(
+            self._sql.jobs_stamp[status is not None],
+            {"org": organization_id, "status": status, "offset": offset, "limit": limit},
+        ).one()
+        return ListStamp(int(row.total), row.shown or "")
 
-    def jobs_json(
+    def jobs_page(
         self, organization_id: int, *, status: str | None, offset: int, limit: int
-    ) -> str:
-        """A page of the organization's job summaries, newest first, as a JSON array."""
-        return str(
-            self.session.execute(
-                self._sql.jobs_page[status is not None],
-                {"org": organization_id, "status": status, "offset": offset, "limit": limit},
-            ).scalar_one()
-        )
+    ) -> ListPage:
+        """A page of the organization's job summaries, newest first, as a JSON array,
+        with its stamp."""
+        row = self.session.execute(
+            self._sql.jobs_page[status is not None],
+            {"org": organization_id, "status": status, "offset": offset, "limit": limit},
+        ).one()
+        return ListPage(ListStamp(int(row.total), row.shown or ""), str(row.document))
 
 
 def _head_of(row: Any, liveness: bool) -> JobHead:
@@ -427,6 +445,7 @@ class _Statements:
 
     job: dict[bool, TextClause]
     items_page: dict[bool, TextClause]
+    jobs_stamp: dict[bool, TextClause]
     jobs_page: dict[bool, TextClause]
 
 
@@ -437,6 +456,7 @@ def _statements(dialect: str) -> _Statements:
     return _Statements(
         job={f: text(_job_sql(pg, f)) for f in flags},
         items_page={f: text(_items_sql(pg, f)) for f in flags},
+        jobs_stamp={f: text(_jobs_stamp_sql(pg, f)) for f in flags},
         jobs_page={f: text(_jobs_sql(pg, f)) for f in flags},
     )
 
@@ -560,7 +580,33 @@ def _items_sql(pg: bool, filtered: bool) -> str:
     return f"SELECT {_text(pg, _array(pg, _item_document(pg), rows, 'i.position'))}"
 
 
+def _jobs_where(filtered: bool) -> str:
+    return "j.organization_id = :org" + (" AND j.status = :status" if filtered else "")
+
+
+def _jobs_page_rows(filtered: bool) -> str:
+    """The page's rows of the list (a FROM ... clause)."""
+    return (
+        f"FROM jobs j WHERE {_jobs_where(filtered)} ORDER BY j.id DESC LIMIT :limit OFFSET :offset"
+    )
+
+
+def _jobs_stamp_columns(pg: bool, filtered: bool) -> str:
+    """The list's ``total`` and ``shown`` (see ``ListStamp``), as two columns."""
+    total = f"(SELECT count(*) FROM jobs j WHERE {_jobs_where(filtered)}) AS total"
+    pairs = f"SELECT j.id AS id, j.id || ':' || j.version AS pair {_jobs_page_rows(filtered)}"
+    if pg:
+        shown = f"(SELECT string_agg(x.pair, ',' ORDER BY x.id DESC) FROM ({pairs}) x)"
+    else:  # SQLite aggregates in the subquery's order
+        shown = f"(SELECT group_concat(x.pair, ',') FROM ({pairs}) x)"
+    return f"{total}, {shown} AS shown"
+
+
+def _jobs_stamp_sql(pg: bool, filtered: bool) -> str:
+    return f"SELECT {_jobs_stamp_columns(pg, filtered)}"
+
+
 def _jobs_sql(pg: bool, filtered: bool) -> str:
-    where = "j.organization_id = :org" + (" AND j.status = :status" if filtered else "")
-    rows = f"FROM jobs j WHERE {where} ORDER BY j.id DESC LIMIT :limit OFFSET :offset"
-    return f"SELECT {_text(pg, _array(pg, _obj(pg, _summary_pairs(pg)), rows, '-j.id'))}"
+    rows = _jobs_page_rows(filtered)
+    document = _text(pg, _array(pg, _obj(pg, _summary_pairs(pg)), rows, "-j.id"))
+    return f"SELECT {_jobs_stamp_columns(pg, filtered)}, {document} AS document"
