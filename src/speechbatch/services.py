@@ -28,7 +28,16 @@ from .errors import (
 )
 from .models import JobStatus
 from .providers.base import TTSProvider
-from .read import ITEM_STATUSES, JOB_STATUSES, ItemsPage, JobHead, JobPoll, Views, seen_version
+from .read import (
+    ITEM_STATUSES,
+    JOB_STATUSES,
+    ItemsPage,
+    JobHead,
+    JobPoll,
+    Views,
+    lease_variant,
+    seen_version,
+)
 from .repositories import UserRecord
 from .spending import check_budget
 from .uow import ReadScope, UowFactory, WriteUnit
@@ -386,7 +395,9 @@ def read_job(
     If-None-Match) lets the database skip building an answer the client has; when
     ``if_none_match`` accepts the ETag, the answer is a 304.
     """
-    variant = "" if with_items else "-n"
+    variant = ("" if with_items else "-n") + lease_variant(
+        settings.lease_seconds, settings.worker_dead_seconds
+    )
     poll = _poll(
         reads, uow_factory, settings, user, job_id,
         variant=variant, seen_etags=seen_etags, with_items=with_items,

@@ -8,12 +8,16 @@ import pytest
 from flask.testing import FlaskClient
 from sqlalchemy import select, update
 
+from speechbatch import create_app
 from speechbatch.accounts import create_token
 from speechbatch.app import Services
+from speechbatch.config import Settings
 from speechbatch.models import Item, Job
-from speechbatch.read import DocumentCache
+from speechbatch.read import DocumentCache, lease_variant, seen_version
 from speechbatch.repositories import UserRecord
 from speechbatch.services import create_admin
+from tests.conftest import close_services, services, with_settings
+from tests.fakes import FakeProvider
 from tests.helpers import ago, claim, concrete, new_job, view
 
 HOUR = 3600.0
@@ -113,6 +117,31 @@ def test_the_job_etag_changes_when_recovery_flips_the_job(
     answer = _get(client, f"/api/jobs/{job_id}", auth, etag)
     assert answer.status_code == 200
     assert answer.get_json()["status"] == "FAILED"
+
+
+def test_the_job_etag_changes_when_the_lease_settings_do(
+    client: FlaskClient,
+    svc: Services,
+    admin: UserRecord,
+    auth: dict[str, str],
+    settings: Settings,
+    provider: FakeProvider,
+) -> None:
+    """The answer shows the lease settings: a restart with a longer lease changes it."""
+    job_id = new_job(svc, admin)
+    claim(svc, admin, job_id)
+    url = f"/api/jobs/{job_id}"
+    etags = [_get(client, u, auth).headers["ETag"] for u in (url, f"{url}?items=none")]
+    restarted = create_app(
+        with_settings(settings, lease_seconds=2 * settings.lease_seconds), provider=provider
+    )
+    try:
+        for u, etag in zip((url, f"{url}?items=none"), etags, strict=True):
+            answer = _get(restarted.test_client(), u, auth, etag)
+            assert answer.status_code == 200, u
+            assert answer.get_json()["lease"]["lease_seconds"] == 2 * settings.lease_seconds
+    finally:
+        close_services(services(restarted))
 
 
 def test_the_list_etag_changes_when_a_job_is_added(
@@ -304,11 +333,13 @@ def test_a_client_with_the_current_version_gets_a_304_whatever_the_cache_holds(
     current = _get(client, url, auth)
     # This process lost the current version (evicted) and holds an older one.
     svc.documents = DocumentCache()
-    version = int(stale.headers["ETag"].strip('"').rpartition("-v")[2])
+    variant = lease_variant(svc.settings.lease_seconds, svc.settings.worker_dead_seconds)
+    version = seen_version([stale.headers["ETag"].strip('"')], job_id, variant)
+    assert version is not None
     svc.documents.put(
-        job_id, "", version, stale.get_data(as_text=True).rpartition(', "lease"')[0] + "}"
+        job_id, variant, version, stale.get_data(as_text=True).rpartition(', "lease"')[0] + "}"
     )
-    assert svc.documents.get(job_id, "") is not None
+    assert svc.documents.get(job_id, variant) is not None
     again = _get(client, url, auth, current.headers["ETag"])
     assert again.status_code == 304 and again.data == b""
     assert _get(client, url, auth).data == current.data

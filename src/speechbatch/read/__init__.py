@@ -13,6 +13,7 @@ from .views import (
     ListPage,
     ListStamp,
     Views,
+    lease_variant,
     seen_version,
 )
 
@@ -27,5 +28,6 @@ __all__ = [
     "ListPage",
     "ListStamp",
     "Views",
+    "lease_variant",
     "seen_version",
 ]

@@ -73,8 +73,10 @@ class JobHead:
         """A strong ETag that changes whenever the answer would.
 
         Every write of the job row (items moving, runs ending, recovery, a claim) bumps
-        ``version``, and nothing else shows in the answer: a worker's heartbeat does not
-        (a worker that stops beating gets its job recovered, which is a write).
+        ``version``, and nothing else of the database shows in the answer: a worker's
+        heartbeat does not (a worker that stops beating gets its job recovered, which is
+        a write). The lease settings the answer shows are in ``variant`` (see
+        ``lease_variant``).
         """
         return f"{self.etag_prefix}{self.version}{variant}"
 
@@ -87,6 +89,12 @@ class JobHead:
 def etag_prefix(job_id: int) -> str:
     """A job's ETags start with this, then the version, then the variant."""
     return f"j{job_id}-v"
+
+
+def lease_variant(lease_seconds: float, worker_dead_seconds: float) -> str:
+    """The part of a job's ETag variant that names the lease settings its answer shows:
+    they change only with a restart, but a client's copy outlives one."""
+    return f"-l{lease_seconds:g}-{worker_dead_seconds:g}"
 
 
 def seen_version(etags: Iterable[str], job_id: int, variant: str) -> int | None:
