@@ -9,7 +9,7 @@ import pytest
 from sqlalchemy import text
 
 from speechbatch.app import Services
-from speechbatch.db import SQLITE_BUSY_TIMEOUT_MS
+from speechbatch.db import SQLITE_BUSY_TIMEOUT_MS, db_now_plus
 from speechbatch.models import Item
 from speechbatch.repositories import StaleJob, UserRecord
 from speechbatch.services import get_job, recover_all
@@ -224,15 +224,28 @@ def test_recover_command_sweeps_every_organization(app, svc: Services, admin: Us
     assert "recovered 1 job(s)" in result.output
 
 
+def _silent_for(svc: Services, job_id: int, seconds: float) -> None:
+    """Make the job's last progress (its own and its items') ``seconds`` old, by the
+    database's clock."""
+    set_items(svc, job_id, updated_at=db_now_plus(-seconds))
+    set_job(svc, job_id, updated_at=db_now_plus(-seconds))
+
+
 def test_short_lease_recovers_a_silent_run(svc: Services, admin: UserRecord) -> None:
-    settings = with_settings(
+    """The lease setting decides, on the database's clock: a run silent for 3.5 s is
+    alive under a 30-s lease and dead under a 2.5-s one (no sleeping up to the boundary:
+    the run's progress is moved back in the database instead)."""
+    short = with_settings(
         svc.settings, lease_seconds=2.5, tts_timeout_seconds=0.5, tts_max_attempts=2
     )
     job_id = new_job(svc, admin)
     claim(svc, admin, job_id)
-    assert get_job(svc.uow_factory, settings, admin, job_id)["status"] == "GENERATING"
-    time.sleep(2.7)
-    assert get_job(svc.uow_factory, settings, admin, job_id)["status"] == "FAILED"
+    _silent_for(svc, job_id, 1.5)
+    assert get_job(svc.uow_factory, short, admin, job_id)["status"] == "GENERATING"
+    _silent_for(svc, job_id, 3.5)
+    assert get_job(svc.uow_factory, svc.settings, admin, job_id)["status"] == "GENERATING"
+    job = get_job(svc.uow_factory, short, admin, job_id)
+    assert job["status"] == "FAILED" and job["runs"][-1]["outcome"] == "RECOVERED"
 
 
 def test_read_answers_while_another_process_holds_the_row(svc: Services, admin: UserRecord) -> None:
