@@ -24,6 +24,7 @@ from tests.helpers import (
     set_worker,
     statuses,
     view,
+    wait_for,
 )
 
 HOUR = 3600
@@ -130,6 +131,25 @@ def test_recovery_backs_off_when_a_stamp_lands_first(svc: Services, admin: UserR
     assert statuses(job)[0] == "GENERATING"
 
 
+def _until_another_writer_waits(svc: Services) -> None:
+    """Return once another session waits for a lock (seen in PostgreSQL's
+    pg_stat_activity); on SQLite, where a writer waiting for the write lock cannot be
+    seen from outside, after a short hold."""
+    if svc.engine.dialect.name != "postgresql":
+        time.sleep(0.5)
+        return
+    waiting = text(
+        "SELECT count(*) FROM pg_stat_activity "
+        "WHERE datname = current_database() AND wait_event_type = 'Lock'"
+    )
+
+    def someone_waits() -> bool:
+        with svc.engine.connect() as watcher:  # a new snapshot of the statistics each time
+            return bool(watcher.execute(waiting).scalar_one() > 0)
+
+    wait_for(someone_waits, timeout=10)
+
+
 def test_recovery_waits_for_a_concurrent_stamp_and_loses(svc: Services, admin: UserRecord) -> None:
     """A stamp holding the job's row makes recovery wait, re-check, and change nothing."""
     job_id = _wedge(svc, admin)
@@ -142,7 +162,7 @@ def test_recovery_waits_for_a_concurrent_stamp_and_loses(svc: Services, admin: U
         with svc.uow_factory() as uow:
             assert uow.runs.stamp_job_progress(job_id, 1)
             stamped.set()
-            time.sleep(0.5)  # hold the row (PostgreSQL) or the write lock (SQLite)
+            _until_another_writer_waits(svc)  # holding the row or the write lock
             uow.commit()
 
     def recover() -> None:
