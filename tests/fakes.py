@@ -231,6 +231,9 @@ class FakeRepository:
     def jobs_stamp(
         self, organization_id: int, *, status: str | None, offset: int = 0, limit: int = 0
     ) -> ListStamp:
+        return self._list_stamp(organization_id, offset, limit)
+
+    def _list_stamp(self, organization_id: int, offset: int, limit: int) -> ListStamp:
         ids = sorted((i for i, j in self.jobs.items() if j["org"] == organization_id), reverse=True)
         return ListStamp(len(ids), ",".join(f"{i}:1" for i in ids[offset : offset + limit]))
 
@@ -240,8 +243,7 @@ class FakeRepository:
         self.documents_built += 1
         ids = sorted((i for i, j in self.jobs.items() if j["org"] == organization_id), reverse=True)
         document = json.dumps([{"id": i} for i in ids[offset : offset + limit]])
-        stamp = self.jobs_stamp(organization_id, status=status, offset=offset, limit=limit)
-        return ListPage(stamp, document)
+        return ListPage(self._list_stamp(organization_id, offset, limit), document)
 
     # Users
     def get_or_create_organization(self, slug: str) -> int:
