@@ -16,7 +16,7 @@ from speechbatch.providers.base import (
     RetryableProviderError,
     TTSProvider,
 )
-from speechbatch.read import ItemsPage, JobHead, JobPoll, ListStamp
+from speechbatch.read import ItemsPage, JobHead, JobPoll, ListPage, ListStamp
 from speechbatch.repositories import Runs, SignIns, StaleJob, Tokens, UserRecord
 from speechbatch.repositories.exports import Exports
 from speechbatch.repositories.job_locks import Locks
@@ -228,16 +228,22 @@ class FakeRepository:
         texts = self.jobs[job_id]["texts"][offset : offset + limit]
         return json.dumps([{"text": t} for t in texts])
 
-    def jobs_stamp(self, organization_id: int, *, status: str | None) -> ListStamp:
-        ids = [i for i, j in self.jobs.items() if j["org"] == organization_id]
-        return ListStamp(len(ids), len(ids), max(ids, default=0))
+    def jobs_stamp(
+        self, organization_id: int, *, status: str | None, offset: int = 0, limit: int = 0
+    ) -> ListStamp:
+        return self._list_stamp(organization_id, offset, limit)
 
-    def jobs_json(
+    def _list_stamp(self, organization_id: int, offset: int, limit: int) -> ListStamp:
+        ids = sorted((i for i, j in self.jobs.items() if j["org"] == organization_id), reverse=True)
+        return ListStamp(len(ids), ",".join(f"{i}:1" for i in ids[offset : offset + limit]))
+
+    def jobs_page(
         self, organization_id: int, *, status: str | None, offset: int, limit: int
-    ) -> str:
+    ) -> ListPage:
         self.documents_built += 1
         ids = sorted((i for i, j in self.jobs.items() if j["org"] == organization_id), reverse=True)
-        return json.dumps([{"id": i} for i in ids[offset : offset + limit]])
+        document = json.dumps([{"id": i} for i in ids[offset : offset + limit]])
+        return ListPage(self._list_stamp(organization_id, offset, limit), document)
 
     # Users
     def get_or_create_organization(self, slug: str) -> int:

@@ -18,9 +18,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from sqlalchemy import Engine, create_engine, text
+from sqlalchemy import Engine, create_engine, select, text, update
 from sqlalchemy.pool import NullPool
 
+from speechbatch.db import later
+from speechbatch.repositories.job_locks import job_locks
 from tests.e2e.conftest import Metric
 from tests.support.fake_provider import fake_audio
 from tests.support.server import ApiClient, GunicornServer, wait_until
@@ -102,6 +104,22 @@ def lock_rows(db: Engine) -> list[Any]:
         )
 
 
+def expiry(db: Engine, lock_id: int) -> Any:
+    """A lock's expires_at."""
+    with db.connect() as conn:
+        return conn.execute(
+            select(job_locks.c.expires_at).where(job_locks.c.id == lock_id)
+        ).scalar_one()
+
+
+def set_expiry(db: Engine, lock_id: int, expires_at: Any) -> None:
+    """Write a lock's expires_at: a value read before, or the database's ``later(s)``."""
+    with db.begin() as conn:
+        conn.execute(
+            update(job_locks).where(job_locks.c.id == lock_id).values(expires_at=expires_at)
+        )
+
+
 def export_status(api: ApiClient, export_id: int) -> dict[str, Any]:
     """GET /api/exports/ID (asserts 200)."""
     response = api.request("GET", f"/api/exports/{export_id}")
@@ -134,16 +152,21 @@ def test_sigkilled_export_holder_is_recovered_and_the_next_export_succeeds(
     assert export_status(api, first_id)["status"] == "RUNNING"
     server.kill_worker(holder_pid)
     killed_at = time.monotonic()
+    expiry_at_kill = expiry(db, lock.id)  # a dead holder renews no more
     exports_dir = tmp_path / "audio" / "exports" / str(lock.organization_id)
     leftovers = list(exports_dir.glob(".tmp-*"))
     assert leftovers, "the holder was killed before it began writing"
     server.wait_for_workers(exclude={holder_pid})
 
     # 2. While the dead holder's lease runs, nobody else may export, and its export is live.
+    # The worker's respawn can outlast what was left of a 6-s lease on a busy machine: the
+    # lease is made to run on (by the database's clock) for this step, then given back.
+    set_expiry(db, lock.id, later(60))
     refused = api.request("POST", "/api/exports")
     assert refused.status_code == 409, refused.text
     assert refused.json()["error"]["code"] == "export_in_progress"
     assert export_status(api, first_id)["status"] == "RUNNING"
+    set_expiry(db, lock.id, expiry_at_kill)
 
     # 3. Once the lease has run out, a read recovers the export.
     recovered = wait_until(

@@ -6,14 +6,18 @@ from typing import Any
 
 import pytest
 from flask.testing import FlaskClient
-from sqlalchemy import update
+from sqlalchemy import select, update
 
+from speechbatch import create_app
 from speechbatch.accounts import create_token
 from speechbatch.app import Services
+from speechbatch.config import Settings
 from speechbatch.models import Item, Job
-from speechbatch.read import DocumentCache
+from speechbatch.read import DocumentCache, lease_variant, seen_version
 from speechbatch.repositories import UserRecord
 from speechbatch.services import create_admin
+from tests.conftest import close_services, services, with_settings
+from tests.fakes import FakeProvider
 from tests.helpers import ago, claim, concrete, new_job, view
 
 HOUR = 3600.0
@@ -38,6 +42,12 @@ def _claimed(svc: Services, admin: UserRecord) -> tuple[int, int]:
     return job_id, first
 
 
+def _versions(svc: Services, *job_ids: int) -> tuple[int, ...]:
+    with concrete(svc.uow_factory)(read_only=True) as uow:
+        found = {row.id: row.version for row in uow.session.execute(select(Job.id, Job.version))}
+    return tuple(found[i] for i in job_ids)
+
+
 def _start(svc: Services, job_id: int, item_id: int) -> None:
     with svc.uow_factory() as uow:
         assert uow.runs.start_item(job_id, 1, item_id) is not None
@@ -48,7 +58,13 @@ def test_a_matching_etag_answers_304_with_no_body(
     client: FlaskClient, svc: Services, admin: UserRecord, auth: dict[str, str]
 ) -> None:
     job_id = new_job(svc, admin)
-    for url in (f"/api/jobs/{job_id}", f"/api/jobs/{job_id}/items", "/api/jobs"):
+    new_job(svc, admin, title="another")
+    for url in (
+        f"/api/jobs/{job_id}",
+        f"/api/jobs/{job_id}/items",
+        "/api/jobs",
+        "/api/jobs?status=PENDING&page=2&per_page=1",
+    ):
         first = _get(client, url, auth)
         assert first.status_code == 200 and first.headers["ETag"]
         again = _get(client, url, auth, first.headers["ETag"])
@@ -103,6 +119,31 @@ def test_the_job_etag_changes_when_recovery_flips_the_job(
     assert answer.get_json()["status"] == "FAILED"
 
 
+def test_the_job_etag_changes_when_the_lease_settings_do(
+    client: FlaskClient,
+    svc: Services,
+    admin: UserRecord,
+    auth: dict[str, str],
+    settings: Settings,
+    provider: FakeProvider,
+) -> None:
+    """The answer shows the lease settings: a restart with a longer lease changes it."""
+    job_id = new_job(svc, admin)
+    claim(svc, admin, job_id)
+    url = f"/api/jobs/{job_id}"
+    etags = [_get(client, u, auth).headers["ETag"] for u in (url, f"{url}?items=none")]
+    restarted = create_app(
+        with_settings(settings, lease_seconds=2 * settings.lease_seconds), provider=provider
+    )
+    try:
+        for u, etag in zip((url, f"{url}?items=none"), etags, strict=True):
+            answer = _get(restarted.test_client(), u, auth, etag)
+            assert answer.status_code == 200, u
+            assert answer.get_json()["lease"]["lease_seconds"] == 2 * settings.lease_seconds
+    finally:
+        close_services(services(restarted))
+
+
 def test_the_list_etag_changes_when_a_job_is_added(
     client: FlaskClient, svc: Services, admin: UserRecord, auth: dict[str, str]
 ) -> None:
@@ -112,6 +153,40 @@ def test_the_list_etag_changes_when_a_job_is_added(
     answer = _get(client, "/api/jobs", auth, etag)
     assert answer.status_code == 200
     assert answer.get_json()["total"] == 2
+
+
+def test_the_filtered_list_etag_changes_when_one_job_leaves_and_another_enters(
+    client: FlaskClient, svc: Services, admin: UserRecord, auth: dict[str, str]
+) -> None:
+    """The swap: same count, same newest id, same sum of versions, another answer."""
+    leaving, entering, newest = (new_job(svc, admin, title=t) for t in ("a", "b", "c"))
+    claim(svc, admin, leaving)
+    claim(svc, admin, newest)
+    url = "/api/jobs?status=GENERATING"
+    before = _get(client, url, auth)
+    assert [j["id"] for j in before.get_json()["jobs"]] == [newest, leaving]
+    assert _versions(svc, leaving, entering) == (2, 1)
+    with svc.uow_factory() as uow:  # one run stops, another job's run starts
+        assert uow.runs.interrupt_run(leaving, 1, "interrupted: the server stopped")
+        uow.commit()
+    claim(svc, admin, entering)
+    # Built on purpose: the entering job's version is the one the leaving job had.
+    assert _versions(svc, leaving, entering) == (3, 2)
+    answer = _get(client, url, auth, before.headers["ETag"])
+    assert answer.status_code == 200
+    assert [j["id"] for j in answer.get_json()["jobs"]] == [newest, entering]
+
+
+def test_the_list_etag_stays_when_only_jobs_off_the_page_change(
+    client: FlaskClient, svc: Services, admin: UserRecord, auth: dict[str, str]
+) -> None:
+    older = new_job(svc, admin, title="older")
+    new_job(svc, admin, title="newer")
+    url = "/api/jobs?per_page=1"
+    etag = _get(client, url, auth).headers["ETag"]
+    claim(svc, admin, older)  # on page 2: page 1 and the total stay as they were
+    assert _get(client, url, auth, etag).status_code == 304
+    assert _get(client, "/api/jobs?per_page=1&page=2", auth).get_json()["jobs"][0]["attempt"] == 1
 
 
 def test_items_none_leaves_the_items_out(
@@ -258,11 +333,13 @@ def test_a_client_with_the_current_version_gets_a_304_whatever_the_cache_holds(
     current = _get(client, url, auth)
     # This process lost the current version (evicted) and holds an older one.
     svc.documents = DocumentCache()
-    version = int(stale.headers["ETag"].strip('"').rpartition("-v")[2])
+    variant = lease_variant(svc.settings.lease_seconds, svc.settings.worker_dead_seconds)
+    version = seen_version([stale.headers["ETag"].strip('"')], job_id, variant)
+    assert version is not None
     svc.documents.put(
-        job_id, "", version, stale.get_data(as_text=True).rpartition(', "lease"')[0] + "}"
+        job_id, variant, version, stale.get_data(as_text=True).rpartition(', "lease"')[0] + "}"
     )
-    assert svc.documents.get(job_id, "") is not None
+    assert svc.documents.get(job_id, variant) is not None
     again = _get(client, url, auth, current.headers["ETag"])
     assert again.status_code == 304 and again.data == b""
     assert _get(client, url, auth).data == current.data

@@ -142,25 +142,6 @@ def test_the_json_writes_timestamps_in_iso_8601_with_microseconds(
     assert document["started_at"] == moment.isoformat(timespec="microseconds")
 
 
-def test_every_poll_statement_fits_psycopgs_parse_cache() -> None:
-    # Longer statements are parsed again on every execution (85 us per poll here). The
-    # bound is psycopg's own 4,096 bytes, not the limit that make_engine raises for the
-    # runner's item statement (db._cache_item_statements): reading the module's constant
-    # would give either, depending on whether an engine was made earlier in the process.
-    from sqlalchemy.dialects import postgresql
-
-    MAX_CACHED_STATEMENT_LENGTH = 4096
-
-    from speechbatch.read.views import _poll_statement
-
-    for by_token in (True, False):
-        for with_items in (True, False):
-            for filtered in (None, False, True):
-                statement = _poll_statement("postgresql", by_token, with_items, filtered)
-                sql = str(statement.compile(dialect=postgresql.dialect())).encode()
-                assert len(sql) <= MAX_CACHED_STATEMENT_LENGTH, (by_token, with_items, filtered)
-
-
 @pytest.mark.parametrize("backend", ["postgresql"], indirect=True)
 def test_sb_isotime_is_inlined_by_the_planner(svc: Services) -> None:
     with concrete(svc.uow_factory)(read_only=True) as uow:

@@ -9,7 +9,7 @@ import pytest
 from sqlalchemy import text
 
 from speechbatch.app import Services
-from speechbatch.db import SQLITE_BUSY_TIMEOUT_MS
+from speechbatch.db import SQLITE_BUSY_TIMEOUT_MS, db_now_plus
 from speechbatch.models import Item
 from speechbatch.repositories import StaleJob, UserRecord
 from speechbatch.services import get_job, recover_all
@@ -24,6 +24,7 @@ from tests.helpers import (
     set_worker,
     statuses,
     view,
+    wait_for,
 )
 
 HOUR = 3600
@@ -130,6 +131,25 @@ def test_recovery_backs_off_when_a_stamp_lands_first(svc: Services, admin: UserR
     assert statuses(job)[0] == "GENERATING"
 
 
+def _until_another_writer_waits(svc: Services) -> None:
+    """Return once another session waits for a lock (seen in PostgreSQL's
+    pg_stat_activity); on SQLite, where a writer waiting for the write lock cannot be
+    seen from outside, after a short hold."""
+    if svc.engine.dialect.name != "postgresql":
+        time.sleep(0.5)
+        return
+    waiting = text(
+        "SELECT count(*) FROM pg_stat_activity "
+        "WHERE datname = current_database() AND wait_event_type = 'Lock'"
+    )
+
+    def someone_waits() -> bool:
+        with svc.engine.connect() as watcher:  # a new snapshot of the statistics each time
+            return bool(watcher.execute(waiting).scalar_one() > 0)
+
+    wait_for(someone_waits, timeout=10)
+
+
 def test_recovery_waits_for_a_concurrent_stamp_and_loses(svc: Services, admin: UserRecord) -> None:
     """A stamp holding the job's row makes recovery wait, re-check, and change nothing."""
     job_id = _wedge(svc, admin)
@@ -142,7 +162,7 @@ def test_recovery_waits_for_a_concurrent_stamp_and_loses(svc: Services, admin: U
         with svc.uow_factory() as uow:
             assert uow.runs.stamp_job_progress(job_id, 1)
             stamped.set()
-            time.sleep(0.5)  # hold the row (PostgreSQL) or the write lock (SQLite)
+            _until_another_writer_waits(svc)  # holding the row or the write lock
             uow.commit()
 
     def recover() -> None:
@@ -224,15 +244,28 @@ def test_recover_command_sweeps_every_organization(app, svc: Services, admin: Us
     assert "recovered 1 job(s)" in result.output
 
 
+def _silent_for(svc: Services, job_id: int, seconds: float) -> None:
+    """Make the job's last progress (its own and its items') ``seconds`` old, by the
+    database's clock."""
+    set_items(svc, job_id, updated_at=db_now_plus(-seconds))
+    set_job(svc, job_id, updated_at=db_now_plus(-seconds))
+
+
 def test_short_lease_recovers_a_silent_run(svc: Services, admin: UserRecord) -> None:
-    settings = with_settings(
+    """The lease setting decides, on the database's clock: a run silent for 3.5 s is
+    alive under a 30-s lease and dead under a 2.5-s one (no sleeping up to the boundary:
+    the run's progress is moved back in the database instead)."""
+    short = with_settings(
         svc.settings, lease_seconds=2.5, tts_timeout_seconds=0.5, tts_max_attempts=2
     )
     job_id = new_job(svc, admin)
     claim(svc, admin, job_id)
-    assert get_job(svc.uow_factory, settings, admin, job_id)["status"] == "GENERATING"
-    time.sleep(2.7)
-    assert get_job(svc.uow_factory, settings, admin, job_id)["status"] == "FAILED"
+    _silent_for(svc, job_id, 1.5)
+    assert get_job(svc.uow_factory, short, admin, job_id)["status"] == "GENERATING"
+    _silent_for(svc, job_id, 3.5)
+    assert get_job(svc.uow_factory, svc.settings, admin, job_id)["status"] == "GENERATING"
+    job = get_job(svc.uow_factory, short, admin, job_id)
+    assert job["status"] == "FAILED" and job["runs"][-1]["outcome"] == "RECOVERED"
 
 
 def test_read_answers_while_another_process_holds_the_row(svc: Services, admin: UserRecord) -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import pytest
@@ -9,6 +10,7 @@ import pytest
 from speechbatch import services
 from speechbatch.config import Settings
 from speechbatch.errors import AlreadyGenerating, NotFound, NothingToGenerate, ValidationError
+from speechbatch.read import ListStamp
 from speechbatch.repositories import StaleJob, UserRecord
 from speechbatch.services import Limits
 from speechbatch.uow import ReadScope
@@ -165,3 +167,15 @@ def test_items_from_text_and_csv() -> None:
         "hello, world",
         "second",
     ]
+
+
+def test_a_list_page_is_sent_with_the_etag_of_that_page(
+    factory: FakeUowFactory, repo: FakeRepository, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    repo.create_job(10, 1, "t", "alloy", ["a"])
+    current = services.read_jobs(ReadScope(factory), factory, Settings(), USER)
+    # The poll's stamp was read before a change that the page's statement then saw.
+    monkeypatch.setattr(repo, "jobs_stamp", lambda *args, **kwargs: ListStamp(0))
+    answer = services.read_jobs(ReadScope(factory), factory, Settings(), USER)
+    assert answer.body is not None and json.loads(answer.body)["total"] == 1
+    assert answer.etag == current.etag

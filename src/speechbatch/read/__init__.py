@@ -10,8 +10,10 @@ from .views import (
     JobHead,
     JobPoll,
     JobViews,
+    ListPage,
     ListStamp,
     Views,
+    lease_variant,
     seen_version,
 )
 
@@ -23,7 +25,9 @@ __all__ = [
     "JobHead",
     "JobPoll",
     "JobViews",
+    "ListPage",
     "ListStamp",
     "Views",
+    "lease_variant",
     "seen_version",
 ]

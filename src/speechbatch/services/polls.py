@@ -28,6 +28,7 @@ from ..read import (
     JobHead,
     JobPoll,
     Views,
+    lease_variant,
     seen_version,
 )
 from ..read.documents import Document
@@ -186,7 +187,9 @@ def read_job(
     If-None-Match) lets the database skip building an answer the client has; when
     ``if_none_match`` accepts the ETag, the answer is a 304.
     """
-    variant = "" if with_items else "-n"
+    variant = ("" if with_items else "-n") + lease_variant(
+        settings.lease_seconds, settings.worker_dead_seconds
+    )
     poll = _poll(
         reads, uow_factory, settings, user, job_id,
         variant=variant, seen_etags=seen_etags, with_items=with_items,
@@ -290,15 +293,14 @@ def read_jobs(
         reads.close()
         recover_stale(uow_factory, settings, organization_id=user.organization_id)
         reader = reads.reader()
-    stamp = reader.views.jobs_stamp(user.organization_id, status=status)
-    etag = stamp.etag(f"-{status or ''}-{page}-{per_page}")
+    org, offset = user.organization_id, min((page - 1) * per_page, MAX_OFFSET)
+    variant = f"-{status or ''}-{page}-{per_page}"
+    stamp = reader.views.jobs_stamp(org, status=status, offset=offset, limit=per_page)
+    etag = stamp.etag(variant)
     if if_none_match(etag):
         return Conditional(etag, None)
-    jobs = reader.views.jobs_json(
-        user.organization_id,
-        status=status,
-        offset=min((page - 1) * per_page, MAX_OFFSET),
-        limit=per_page,
-    )
-    body = f'{{"jobs": {jobs}, "total": {stamp.total}, "page": {page}, "per_page": {per_page}}}'
-    return Conditional(etag, body)
+    # The page comes with its own stamp: the ETag sent names the page sent.
+    found = reader.views.jobs_page(org, status=status, offset=offset, limit=per_page)
+    total = found.stamp.total
+    body = f'{{"jobs": {found.document}, "total": {total}, "page": {page}, "per_page": {per_page}}}'
+    return Conditional(found.stamp.etag(variant), body)
