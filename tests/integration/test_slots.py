@@ -123,6 +123,22 @@ def test_a_dead_holders_slot_is_reclaimed(svc: Services, admin: UserRecord) -> N
     assert (second.slot, second.token) == (first.slot, first.token + 1)
 
 
+def test_a_dead_holders_slot_is_reclaimed_while_a_live_worker_holds_another(
+    svc: Services, admin: UserRecord
+) -> None:
+    """The dead holder's own worker decides, not whether any holder is alive."""
+    dead_worker, live_worker = _worker(svc), _worker(svc)
+    job_id, attempt = _running_job(svc, admin)
+    held = _acquire(svc, live_worker, job_id, attempt, 2)
+    lost = _acquire(svc, dead_worker, job_id, attempt, 2)
+    assert held is not None and lost is not None
+    set_worker(svc, dead_worker, heartbeat_at=db_ago(DEAD + 5))
+    again = _acquire(svc, live_worker, job_id, attempt, 2)
+    assert again is not None
+    assert (again.slot, again.token) == (lost.slot, lost.token + 1)
+    assert _release(svc, held)
+
+
 def test_a_stale_grant_does_not_release_the_slot(svc: Services, admin: UserRecord) -> None:
     dead_worker, live_worker = _worker(svc), _worker(svc)
     job_id, attempt = _running_job(svc, admin)

@@ -105,10 +105,15 @@ class _Limits:
         return and_(
             slot.c.released_at.is_(None),
             slot.c.acquired_at >= ago(self.max_hold_seconds),
-            exists().where(
-                workers.c.id == slot.c.worker_id,
-                workers.c.stopped_at.is_(None),
-                workers.c.heartbeat_at >= ago(self.worker_dead_seconds),
+            # An IN over the live workers, not an EXISTS correlated to the slot: inside
+            # ON CONFLICT's WHERE, SQLAlchemy puts the slots table into such a subquery's
+            # FROM, and an EXISTS over the whole table (empty in the statement's snapshot)
+            # called a held slot free: two grants of one slot.
+            slot.c.worker_id.in_(
+                select(workers.c.id).where(
+                    workers.c.stopped_at.is_(None),
+                    workers.c.heartbeat_at >= ago(self.worker_dead_seconds),
+                )
             ),
         )
 
