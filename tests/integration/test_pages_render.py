@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import re
 
+import pytest
 from flask import Flask
 from flask.testing import FlaskClient
 
@@ -13,7 +14,7 @@ from speechbatch.models import Item
 from speechbatch.repositories import UserRecord
 from tests.fakes import FakeProvider, permanent
 from tests.helpers import ago, claim, new_job, set_items, set_job, view, wait_for
-from tests.integration.test_pages import sign_in, text_of
+from tests.integration.test_pages import csrf_from, sign_in, text_of
 
 # What a page must never show a person: a Python repr, a method, a stack trace.
 INTERNALS = ("object at 0x", "built-in method", "bound method", "Traceback")
@@ -111,3 +112,38 @@ def test_the_new_job_form_marks_only_the_field_in_error(
     assert_readable(page, "new job, sent empty")
     assert re.findall(r'id="(\w+)"[^>]*aria-invalid="true"', page) == ["items"]
     assert page.count('class="field-error"') == 1
+
+
+@pytest.mark.parametrize("path", ["/", "/login", "/jobs/new", "/tokens", "/usage", "/exports"])
+def test_every_page_has_a_skip_link_and_a_favicon(client: FlaskClient, admin: UserRecord,
+                                                  path: str) -> None:  # fmt: skip
+    if path != "/login":
+        sign_in(client)
+    page = text_of(client.get(path))
+    body = page[page.index("<body>") :]
+    first_link = re.search(r"<a [^>]*>", body)
+    assert first_link and 'class="skip-link" href="#main"' in first_link.group(0)
+    assert '<main id="main"' in page
+    assert '<link rel="icon" href="/static/favicon.svg" type="image/svg+xml">' in page
+
+
+def test_the_favicon_is_served_at_the_usual_address(client: FlaskClient) -> None:
+    for path in ("/favicon.ico", "/static/favicon.svg"):
+        with client.get(path) as response:
+            assert response.status_code == 200, path
+            assert response.mimetype == "image/svg+xml"
+            assert response.get_data(as_text=True).lstrip().startswith("<svg")
+
+
+def test_players_and_buttons_are_named_for_a_screen_reader(
+    client: FlaskClient, svc: Services, admin: UserRecord
+) -> None:
+    token = sign_in(client)
+    job_id = finished_job(svc, admin, client, token, 2)
+    page = text_of(client.get(f"/jobs/{job_id}"))
+    labels = re.findall(r'<audio [^>]*aria-label="([^"]+)"', page)
+    assert labels == ["Audio of item 1", "Audio of item 2"]
+    client.post("/tokens", data={"name": "nightly", "csrf_token": csrf_from(client, "/tokens")})
+    tokens = text_of(client.get("/tokens"))
+    assert 'aria-label="Revoke the token nightly"' in tokens
+    assert "<th></th>" not in tokens

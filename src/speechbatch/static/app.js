@@ -223,6 +223,13 @@
       waiting.hidden = job.status !== "GENERATING" || !parts.length;
     }
 
+    // "Generation started" speaks of a run that is live; once it has ended, it would mislead.
+    function endRunMessages() {
+      document.querySelectorAll("[data-while-generating]").forEach(function (node) {
+        node.remove();
+      });
+    }
+
     function renderSummary(job) {
       var p = job.progress;
       document.getElementById("job-status").replaceChildren(badge(job.status));
@@ -234,6 +241,8 @@
         node.textContent = String(p[node.dataset.count]);
       });
       renderWaiting(job);
+
+      if (job.status !== "GENERATING") endRunMessages();
 
       var info = notice(job);
       var error = document.getElementById("job-error");
@@ -269,21 +278,29 @@
         (calls === 1 ? " call" : " calls");
     }
 
+    // A cell with the label a phone's stacked table shows before it (data-label).
+    function labelled(label, className, text) {
+      var cell = el("td", className, text);
+      cell.dataset.label = label;
+      return cell;
+    }
+
     function renderRuns(job) {
       var body = document.querySelector("#runs tbody");
       if (!job.runs || !job.runs.length) return;
       var rows = job.runs.slice().reverse().map(function (run) {
         var tr = el("tr");
         tr.append(
-          el("td", "", run.attempt),
-          el("td", "", run.kind || ""),
-          el("td", "", run.kind === "resume" ? "resumed automatically after a restart" : run.started_by || ""),
-          el("td", "mono", run.worker || ""),
+          labelled("Run", "", run.attempt),
+          labelled("Kind", "", run.kind || ""),
+          labelled("Started by", "",
+            run.kind === "resume" ? "resumed automatically after a restart" : run.started_by || ""),
+          labelled("Worker", "mono", run.worker || ""),
           el("td"),
-          el("td", "nowrap", billed(run)),
-          el("td", "", when(run.started_at)),
-          el("td", "", when(run.finished_at)),
-          el("td", "", run.error_message || "")
+          labelled("Billed", "", billed(run)),
+          labelled("Started", "nowrap", when(run.started_at)),
+          labelled("Finished", "nowrap", when(run.finished_at)),
+          el("td", "cell-error cell-wide", run.error_message || "")
         );
         tr.children[4].append(badge(run.outcome));
         if (run.cancelled_by) {
@@ -303,7 +320,7 @@
       var error = el("p", "field-error item-error");
       error.hidden = true;
       text.append(clamp, error);
-      row.append(el("td", "muted", item.position), text, el("td", "item-status"), el("td", "item-audio"));
+      row.append(el("td", "muted cell-id", item.position), text, el("td", "item-status"), el("td", "item-audio"));
       return row;
     }
 
@@ -316,6 +333,7 @@
       error.hidden = !item.error_message;
 
       var cell = row.querySelector(".item-audio");
+      var position = row.querySelector(".cell-id").textContent;
       var player = cell.querySelector("audio");
       var url = item.audio_url || "";
       var fresh = item.status === "DONE" && previous !== undefined && previous !== "DONE";
@@ -330,6 +348,7 @@
         audio.controls = true;
         audio.preload = "none";
         audio.src = url;
+        audio.setAttribute("aria-label", "Audio of item " + position);
         cell.replaceChildren(audio);
         cell.dataset.audioUrl = url;
       }
@@ -399,6 +418,8 @@
 
     if (root.dataset.status === "GENERATING") {
       pollLoop(step, pollMs, document.getElementById("job-live"));
+    } else {
+      endRunMessages();
     }
   }
 
@@ -427,14 +448,15 @@
       row.dataset.jobId = String(job.id);
       var link = el("a", "", job.title);
       link.href = "/jobs/" + job.id;
-      var title = el("td");
+      var title = el("td", "cell-title");
       title.append(link);
       var progress = el("td", "col-progress");
       progress.append(newProgressBar(job.progress), el("small", "muted job-counts", counts(job.progress)));
-      row.append(
-        el("td", "muted", job.id), title, el("td", "", job.voice), el("td", "job-status"),
-        progress, el("td", "nowrap", when(job.created_at))
-      );
+      var voice = el("td", "", job.voice);
+      voice.dataset.label = "Voice";
+      var created = el("td", "nowrap muted", when(job.created_at));
+      created.dataset.label = "Created";
+      row.append(el("td", "muted cell-id", job.id), title, voice, el("td", "job-status"), progress, created);
       row.querySelector(".job-status").append(badge(job.status));
       row.dataset.status = job.status;
       return row;

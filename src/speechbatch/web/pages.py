@@ -11,6 +11,7 @@ from urllib.parse import urlsplit
 
 from flask import (
     Blueprint,
+    current_app,
     flash,
     make_response,
     redirect,
@@ -287,7 +288,8 @@ def _start(job_id: int, *, regenerate: bool) -> Response:
         flash(exc.message, "error")
     else:
         what = "Regeneration" if regenerate else "Generation"
-        flash(f"{what} started (run {view['attempt']}).", "ok")
+        # "started": shown like "ok", and static/app.js removes it once the run has ended.
+        flash(f"{what} started (run {view['attempt']}).", "started")
     return redirect(url_for("pages.job", job_id=job_id))
 
 
@@ -303,6 +305,12 @@ def generate(job_id: int) -> Response:
 def regenerate(job_id: int) -> Response:
     """Regenerate: send every item again (each is billed again)."""
     return _start(job_id, regenerate=True)
+
+
+@bp.get("/favicon.ico")
+def favicon() -> Response:
+    """The site's icon where browsers and crawlers look without reading the page."""
+    return current_app.send_static_file("favicon.svg")
 
 
 # --- API tokens -----------------------------------------------------------------------
