@@ -413,7 +413,7 @@ def test_pages_carry_no_inline_script_or_style(
     job_id = new_job(svc, admin)
     page = text_of(client.get(path.format(job_id=job_id)))
     assert re.findall(r"<script[^>]*>", page) == [
-        '<script src="/static/app.js" defer>'
+        '<script type="module" src="/static/app.js">'
     ]  # the Content-Security-Policy allows scripts from files only
     assert " style=" not in page and " on" + "click=" not in page
     assert 'data-width="0"' in page

@@ -250,7 +250,7 @@ def job(job_id: int) -> PageResponse:
     status = _status_arg(ITEM_STATUSES)
     page = _int_arg("page", 1)
     # The summary and the one page of items on screen: never the whole job, so the page
-    # costs the same for 10 or 5,000 items (static/app.js then polls the same two reads).
+    # costs the same for 10 or 5,000 items (static/job-page.js then polls the same two reads).
     # One read transaction (the session's user lookup's) for both.
     view = svc.get_job_summary(s.uow_factory, s.settings, current(), job_id, reads=reads())
     items = svc.get_items_page(
@@ -288,7 +288,7 @@ def _start(job_id: int, *, regenerate: bool) -> Response:
         flash(exc.message, "error")
     else:
         what = "Regeneration" if regenerate else "Generation"
-        # "started": shown like "ok", and static/app.js removes it once the run has ended.
+        # "started": shown like "ok", and static/job-page.js removes it once the run has ended.
         flash(f"{what} started (run {view['attempt']}).", "started")
     return redirect(url_for("pages.job", job_id=job_id))
 
