@@ -5,61 +5,39 @@ progress reach 100 % without a reload, play an item, crash the worker (SIGKILL) 
 middle of a Regenerate, see the auto-recovered banner, Retry, see it complete. Then, against
 a fake provider whose latency the test sets: a 130-item job shown 100 items a page with a
 status filter, polled with If-None-Match (304 while nothing changes) until it completes, and
-the job list updating itself. Screenshots go to $SPEECHBATCH_SCREENSHOT_DIR.
+the job list updating itself. Screenshots of the recovered and the long job go to
+$SPEECHBATCH_SCREENSHOT_DIR (tests/e2e/test_pages_anywhere.py takes every other page's).
 """
 
 from __future__ import annotations
 
-import os
 import re
 import signal
-import tempfile
-import time
-from collections.abc import Callable, Iterator
-from dataclasses import dataclass
-from pathlib import Path
-from urllib.parse import parse_qs, urlsplit
+from collections.abc import Iterator
 
 import pytest
-from playwright.sync_api import (
-    Browser,
-    Dialog,
-    FilePayload,
-    Locator,
-    Page,
-    Response,
-    expect,
-    sync_playwright,
-)
+from playwright.sync_api import Browser, Dialog, FilePayload, Locator, Page, expect
 
-from tests.conftest import IN_CI
-from tests.support.csp import CspWatch
-from tests.support.fake_provider import FakeProvider
-from tests.support.server import (
-    ADMIN_EMAIL,
-    ADMIN_PASSWORD,
-    ApiClient,
-    GunicornServer,
-    app_env,
-    bootstrap,
-    sqlite_url,
+# CHROMIUM, CHROMIUM_ARGS and require_chromium are re-exported for tests/e2e/test_quickstart.py.
+from tests.support.browser import CHROMIUM as CHROMIUM
+from tests.support.browser import CHROMIUM_ARGS as CHROMIUM_ARGS
+from tests.support.browser import (
+    SCREENSHOTS,
+    Poll,
+    assert_sends_the_last_etag,
+    launch,
+    new_tab,
+    record_polls,
+    sign_in,
+    wait_until,
 )
+from tests.support.browser import create_job as create_job_with
+from tests.support.browser import require_chromium as require_chromium
+from tests.support.fake_provider import FakeProvider
+from tests.support.server import ApiClient, GunicornServer, app_env, bootstrap, sqlite_url
 
 pytestmark = pytest.mark.e2e
 
-CHROMIUM = Path("/usr/bin/chromium")
-# Refresh the README's pictures with SPEECHBATCH_SCREENSHOT_DIR=docs/screenshots; a plain
-# run keeps the work tree clean.
-SCREENSHOTS = Path(
-    os.environ.get("SPEECHBATCH_SCREENSHOT_DIR") or tempfile.mkdtemp(prefix="speechbatch-shots-")
-)
-CHROMIUM_ARGS = [
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-]
 # Long enough that espeak needs a noticeable moment per item (about half a second), so a
 # run is still going when the page loads and when the test pulls the plug.
 SENTENCE = (
@@ -92,26 +70,11 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[GunicornS
         app.stop(graceful=False)
 
 
-def require_chromium() -> None:
-    """Skip without Debian's Chromium, but fail under CI: the browser tests are mandatory."""
-    if not CHROMIUM.exists():
-        if IN_CI:
-            pytest.fail(f"{CHROMIUM} is required under CI")
-        pytest.skip(f"{CHROMIUM} is missing")
-
-
 @pytest.fixture(scope="module")
 def browser() -> Iterator[Browser]:
     """Debian's headless Chromium."""
-    require_chromium()
-    with sync_playwright() as playwright:
-        chromium = playwright.chromium.launch(
-            executable_path=str(CHROMIUM), headless=True, args=CHROMIUM_ARGS
-        )
-        try:
-            yield chromium
-        finally:
-            chromium.close()
+    with launch() as chromium:
+        yield chromium
 
 
 @pytest.fixture(scope="module")
@@ -139,21 +102,6 @@ def fake_server(
             app.stop(graceful=False)
 
 
-def new_tab(browser: Browser, base_url: str) -> Iterator[Page]:
-    """A fresh browser context (no cookies) on ``base_url``, with a desktop viewport; fails
-    the test on any Content-Security-Policy violation."""
-    context = browser.new_context(base_url=base_url, viewport={"width": 1280, "height": 900})
-    context.set_default_timeout(20_000)
-    csp = CspWatch(context)
-    tab = context.new_page()
-    try:
-        yield tab
-    finally:
-        context.close()
-    # The pages must work under their Content-Security-Policy: no inline script or style.
-    assert csp.violations == []
-
-
 @pytest.fixture
 def page(browser: Browser, server: tuple[GunicornServer, str]) -> Iterator[Page]:
     """A tab on the espeak server."""
@@ -171,73 +119,9 @@ def fake_session(
         yield tab, ApiClient(app.base_url, token), fake
 
 
-@dataclass
-class Poll:
-    """One API answer the page received: path, query, status, If-None-Match sent, ETag."""
-
-    path: str
-    query: dict[str, list[str]]
-    status: int
-    if_none_match: str | None
-    etag: str | None
-
-
-def record_polls(page: Page) -> list[Poll]:
-    """Every /api/ answer the page receives from now on, in order."""
-    polls: list[Poll] = []
-
-    def seen(response: Response) -> None:
-        url = urlsplit(response.url)
-        if url.path.startswith("/api/"):
-            header = response.request.headers.get("if-none-match")
-            etag = response.headers.get("etag")
-            polls.append(Poll(url.path, parse_qs(url.query), response.status, header, etag))
-
-    page.on("response", seen)
-    return polls
-
-
-def assert_sends_the_last_etag(answers: list[Poll]) -> None:
-    """Every poll after the first sends the ETag of the last 200 as If-None-Match."""
-    last = None
-    for poll in answers:
-        assert poll.if_none_match == last, (poll, last)
-        if poll.status == 200:
-            assert poll.etag, poll
-            last = poll.etag
-        else:
-            assert poll.status == 304, poll
-
-
-def wait_until(page: Page, condition: Callable[[], bool], timeout: float, what: str) -> None:
-    """Let the page run until ``condition()`` holds."""
-    deadline = time.monotonic() + timeout
-    while not condition():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"not within {timeout:g} s: {what}")
-        page.wait_for_timeout(200)
-
-
-def sign_in(page: Page) -> None:
-    """Sign in through the form."""
-    page.goto("/")
-    expect(page).to_have_url(re.compile(r"/login\?next=(/|%2F)$"))
-    page.fill("#email", ADMIN_EMAIL)
-    page.fill("#password", ADMIN_PASSWORD)
-    page.click("button:has-text('Sign in')")
-    expect(page).to_have_url(re.compile(r"/$"))
-    expect(page.locator("h1")).to_have_text("Jobs")
-
-
 def create_job(page: Page, title: str, lines: list[str]) -> int:
-    """Create a job from pasted lines; return its id."""
-    page.click("nav >> text=New job")
-    page.fill("#title", title)
-    page.select_option("#voice", "en-us")
-    page.fill("#items", "\n".join(lines))
-    page.click("button:has-text('Create job')")
-    expect(page).to_have_url(re.compile(r"/jobs/\d+$"))
-    return int(page.url.rsplit("/", 1)[1])
+    """Create a job in espeak's American English voice; return its id."""
+    return create_job_with(page, title, lines, voice="en-us")
 
 
 def progress(page: Page) -> Locator:
@@ -330,7 +214,7 @@ def test_generate_watch_play_crash_recover_retry(
     expect(page.locator("#btn-generate")).to_have_text("Retry")
     expect(page.locator("#btn-generate")).to_be_enabled()
     expect(page.locator("#runs tbody tr").first).to_contain_text("RECOVERED")
-    page.screenshot(path=str(SCREENSHOTS / "job.png"), full_page=True)
+    page.screenshot(path=str(SCREENSHOTS / "job-recovered-1280.png"), full_page=True)
 
     before = api.get_job(job_id)
     done_before = {i["id"]: i["updated_at"] for i in before["items"] if i["status"] == "DONE"}
@@ -348,7 +232,6 @@ def test_generate_watch_play_crash_recover_retry(
     assert {i["id"]: i["updated_at"] for i in after["items"] if i["id"] in done_before} == (
         done_before
     ), "the retry touched items that were already done"
-    page.screenshot(path=str(SCREENSHOTS / "job-completed.png"), full_page=True)
 
     # A second job from an uploaded file, for the list.
     page.click("nav >> text=New job")
@@ -366,7 +249,6 @@ def test_generate_watch_play_crash_recover_retry(
     expect(rows.first).to_contain_text("Station announcements")
     expect(rows.first).to_contain_text("PENDING")
     expect(page.locator(f"tr[data-job-id='{job_id}']")).to_contain_text("COMPLETED")
-    page.screenshot(path=str(SCREENSHOTS / "jobs.png"), full_page=True)
     page.click(".filters >> text=Completed")
     expect(page).to_have_url(re.compile(r"\?status=COMPLETED$"))
     expect(page.locator(f"tr[data-job-id='{job_id}']")).to_be_visible()
@@ -467,7 +349,7 @@ def test_long_job_pages_filters_and_polls_conditionally(
     page.wait_for_timeout(3_000)
     assert len(polls) == finished, "polling did not stop after the job finished"
     expect(page.locator("#job-live")).to_be_hidden()
-    page.screenshot(path=str(SCREENSHOTS / "job-long.png"), full_page=True)
+    page.screenshot(path=str(SCREENSHOTS / "job-long-1280.png"), full_page=True)
 
 
 def test_job_list_updates_itself_while_a_job_generates(

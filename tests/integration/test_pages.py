@@ -324,7 +324,8 @@ def test_job_page_shows_items_players_and_runs(
     page = text_of(client.get(f"/jobs/{job_id}"))
     items = view(svc, admin, job_id)["items"]
     for item in items:
-        assert f'<audio controls preload="none" src="{item["audio_url"]}"></audio>' in page
+        player = f'src="{item["audio_url"]}" aria-label="Audio of item {item["position"]}"'
+        assert f'<audio controls preload="none" {player}></audio>' in page
     assert 'aria-valuenow="100"' in page
     assert "2 of 2 done" in page
     assert "admin@acme.test" in page  # run history: started by
@@ -335,7 +336,7 @@ def test_job_page_shows_items_players_and_runs(
 
 def item_rows(page: str) -> list[str]:
     """The positions of the item rows of a job page, in order."""
-    return re.findall(r'<tr data-item-id="\d+"[^>]*>\s*<td class="muted">(\d+)</td>', page)
+    return re.findall(r'<tr data-item-id="\d+"[^>]*>\s*<td class="muted cell-id">(\d+)</td>', page)
 
 
 def test_job_page_shows_a_hundred_items_a_page(
@@ -412,7 +413,7 @@ def test_pages_carry_no_inline_script_or_style(
     job_id = new_job(svc, admin)
     page = text_of(client.get(path.format(job_id=job_id)))
     assert re.findall(r"<script[^>]*>", page) == [
-        '<script src="/static/app.js" defer>'
+        '<script type="module" src="/static/app.js">'
     ]  # the Content-Security-Policy allows scripts from files only
     assert " style=" not in page and " on" + "click=" not in page
     assert 'data-width="0"' in page

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from functools import wraps
 from typing import Any
@@ -10,6 +11,7 @@ from urllib.parse import urlsplit
 
 from flask import (
     Blueprint,
+    current_app,
     flash,
     make_response,
     redirect,
@@ -23,12 +25,14 @@ from werkzeug.wrappers import Response
 
 from .. import accounts
 from .. import services as svc
-from ..domain.statuses import ItemStatus, JobStatus, RunOutcome
+from ..domain.statuses import ItemStatus, JobStatus
 from ..errors import Conflict, NotFound, TooManySignIns, ValidationError
 from ..services import UserRecord
 from .context import reads, services, session_user
+from .presenters import actions, format_when, percent, recovery_notice
 
 bp = Blueprint("pages", __name__)
+bp.add_app_template_filter(format_when, "when")
 
 PER_PAGE = 20
 STATUSES = (JobStatus.PENDING, JobStatus.GENERATING, JobStatus.COMPLETED, JobStatus.FAILED)
@@ -69,83 +73,6 @@ def safe_next(target: str | None) -> str:
     if parts.scheme or parts.netloc or any(c in target for c in "\r\n\\"):
         return url_for("pages.index")
     return target
-
-
-@bp.app_template_filter("when")
-def format_when(value: str | None) -> str:
-    """An ISO 8601 timestamp as ``YYYY-MM-DD HH:MM:SS UTC`` (empty for None)."""
-    if not value:
-        return ""
-    moment = datetime.fromisoformat(value)
-    if moment.tzinfo is None:
-        moment = moment.replace(tzinfo=UTC)
-    return moment.astimezone(UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
-
-
-def percent(progress: dict[str, int], key: str = "finished") -> int:
-    """The share of a job's items that are finished (DONE or ERROR), or of one status."""
-    total = progress.get("total", 0)
-    if not total:
-        return 0
-    count = progress["done"] + progress["error"] if key == "finished" else progress[key]
-    return round(100 * count / total)
-
-
-def actions(job: dict[str, Any]) -> dict[str, bool]:
-    """Which buttons can work for a job in its current state."""
-    status = job["status"]
-    not_done = job["progress"]["total"] - job["progress"]["done"]
-    return {
-        "generate": status == JobStatus.PENDING or (status == JobStatus.FAILED and not_done > 0),
-        "regenerate": status in (JobStatus.COMPLETED, JobStatus.FAILED),
-    }
-
-
-def recovery_notice(job: dict[str, Any]) -> dict[str, str] | None:
-    """A plain-words banner when the last run was auto-recovered or interrupted."""
-    if job["status"] == JobStatus.GENERATING or not job.get("runs"):
-        return None
-    last = job["runs"][-1]
-    progress = job["progress"]
-    finished = f"{progress['done']} of {progress['total']} items are done."
-    if last["outcome"] == RunOutcome.RECOVERED:
-        what = (
-            f"Run {last['attempt']} stopped unexpectedly (its server process crashed or "
-            "stopped responding) and was recovered automatically."
-        )
-    elif last["outcome"] == RunOutcome.INTERRUPTED:
-        what = (
-            f"Run {last['attempt']} was interrupted because its server was shut down "
-            "(for example during a deploy)."
-        )
-    elif last["outcome"] == RunOutcome.CANCELLED:
-        who = f" by {last['cancelled_by']}" if last.get("cancelled_by") else ""
-        what = f"Run {last['attempt']} was cancelled{who}; items in flight went back to pending."
-    elif last["outcome"] == RunOutcome.OVER_BUDGET:
-        what = (
-            f"Run {last['attempt']} stopped because the organization's monthly budget ran out "
-            f"({last['error_message']}). Raise the budget (set-budget) before retrying."
-        )
-    else:
-        return None
-    if progress["done"] < progress["total"]:
-        advice = (
-            "Retry resumes where it stopped: only the items that are not done are sent again, "
-            "so you do not pay again for finished items."
-        )
-    else:
-        advice = "Every item was already finished, so there is nothing to retry."
-    titles = {
-        RunOutcome.RECOVERED: "Auto-recovered.",
-        RunOutcome.INTERRUPTED: "Interrupted.",
-        RunOutcome.CANCELLED: "Cancelled.",
-        RunOutcome.OVER_BUDGET: "Over budget.",
-    }
-    return {
-        "kind": last["outcome"].lower(),
-        "title": titles[last["outcome"]],
-        "text": f"{what} {finished} {advice}",
-    }
 
 
 # --- sign in and out ------------------------------------------------------------------
@@ -241,6 +168,16 @@ def index() -> PageResponse:
     )
 
 
+@dataclass(frozen=True)
+class JobForm:
+    """The values of the New job form, as typed (attributes: a template reading a missing
+    key of a dict named ``items`` would find the dict's ``items`` method instead)."""
+
+    title: str = ""
+    voice: str = ""
+    items: str = ""
+
+
 def _voices() -> tuple[str, ...]:
     return tuple(services().provider.voices)
 
@@ -250,7 +187,7 @@ def _voices() -> tuple[str, ...]:
 def new_job() -> PageResponse:
     """The form of a new job."""
     voices = _voices()
-    form = {"title": "", "voice": voices[0] if voices else "", "items": ""}
+    form = JobForm(voice=voices[0] if voices else "")
     return render_template("new_job.html", form=form, voices=voices, errors={})
 
 
@@ -290,16 +227,14 @@ def _form_texts(pasted: str, upload: FileStorage | None) -> list[str]:
 def create_job() -> PageResponse:
     """Create a job from the form; show the errors next to the fields when invalid."""
     s = services()
-    form = {
-        "title": request.form.get("title", ""),
-        "voice": request.form.get("voice", ""),
-        "items": request.form.get("items", ""),
-    }
+    form = JobForm(
+        title=request.form.get("title", ""),
+        voice=request.form.get("voice", ""),
+        items=request.form.get("items", ""),
+    )
     try:
-        texts = _form_texts(form["items"], request.files.get("file"))
-        job_id = svc.create_job(
-            s.uow_factory, current(), form["title"], form["voice"], texts, s.limits
-        )
+        texts = _form_texts(form.items, request.files.get("file"))
+        job_id = svc.create_job(s.uow_factory, current(), form.title, form.voice, texts, s.limits)
     except ValidationError as exc:
         errors = {exc.field or "form": exc.message}
         return render_template("new_job.html", form=form, voices=_voices(), errors=errors), 422
@@ -315,7 +250,7 @@ def job(job_id: int) -> PageResponse:
     status = _status_arg(ITEM_STATUSES)
     page = _int_arg("page", 1)
     # The summary and the one page of items on screen: never the whole job, so the page
-    # costs the same for 10 or 5,000 items (static/app.js then polls the same two reads).
+    # costs the same for 10 or 5,000 items (static/job-page.js then polls the same two reads).
     # One read transaction (the session's user lookup's) for both.
     view = svc.get_job_summary(s.uow_factory, s.settings, current(), job_id, reads=reads())
     items = svc.get_items_page(
@@ -353,7 +288,8 @@ def _start(job_id: int, *, regenerate: bool) -> Response:
         flash(exc.message, "error")
     else:
         what = "Regeneration" if regenerate else "Generation"
-        flash(f"{what} started (run {view['attempt']}).", "ok")
+        # "started": shown like "ok", and static/job-page.js removes it once the run has ended.
+        flash(f"{what} started (run {view['attempt']}).", "started")
     return redirect(url_for("pages.job", job_id=job_id))
 
 
@@ -369,6 +305,12 @@ def generate(job_id: int) -> Response:
 def regenerate(job_id: int) -> Response:
     """Regenerate: send every item again (each is billed again)."""
     return _start(job_id, regenerate=True)
+
+
+@bp.get("/favicon.ico")
+def favicon() -> Response:
+    """The site's icon where browsers and crawlers look without reading the page."""
+    return current_app.send_static_file("favicon.svg")
 
 
 # --- API tokens -----------------------------------------------------------------------
