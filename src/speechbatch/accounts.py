@@ -13,9 +13,9 @@ from datetime import datetime
 from typing import Any
 
 from sqlalchemy.exc import SQLAlchemyError
-from werkzeug.security import check_password_hash
 
 from .errors import NotFound, TooManySignIns, ValidationError
+from .passwords import check_password, dummy_hash
 from .repositories import TokenOwner, TokenRecord, UserRecord
 from .repositories.tokens import LAST_USE_RESOLUTION_SECONDS
 from .uow import ReadScope, UowFactory
@@ -167,7 +167,10 @@ def sign_in(
         raise TooManySignIns(retry_after)
     with uow_factory(read_only=True) as uow:
         user = uow.users.get_user_by_email(email)
-    if user is None or not check_password_hash(user.password_hash, password):
+    # An unknown email is checked against a dummy hash of the same cost: refusing it
+    # must take as long as refusing a wrong password, or the time tells who has an account.
+    stored = user.password_hash if user is not None else dummy_hash()
+    if not check_password(stored, password) or user is None:
         log.warning("sign-in failed email=%r address=%s attempt=%s", email, address, tally.attempts)
         return None
     with uow_factory() as uow:

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import logging
+import statistics
 import threading
+import time
 
 import pytest
 from flask import Flask
@@ -139,3 +141,18 @@ def test_a_success_sweeps_tallies_of_ended_windows(
     with concrete(svc.uow_factory)() as uow:
         left = uow.session.execute(select(SignInThrottle.client_address)).scalars().all()
     assert left == ["10.0.0.8"]
+
+
+def test_an_unknown_email_takes_as_long_to_refuse_as_a_wrong_password(
+    admin: UserRecord, svc: Services
+) -> None:
+    # Interleaved, so that both see the same load; medians, so that one slow try on a busy
+    # machine does not decide. Skipping the hash would make the unknown email ~20x faster.
+    unknown: list[float] = []
+    wrong: list[float] = []
+    for n in range(5):
+        for email, times in (("nobody@acme.test", unknown), (EMAIL, wrong)):
+            started = time.perf_counter()
+            assert sign_in(svc.uow_factory, email, "wrong-password", f"10.8.0.{n}") is None
+            times.append(time.perf_counter() - started)
+    assert statistics.median(unknown) > 0.6 * statistics.median(wrong), (unknown, wrong)
