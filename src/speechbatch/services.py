@@ -10,7 +10,6 @@ from datetime import timedelta
 from typing import Any, Protocol
 
 from sqlalchemy.exc import OperationalError
-from werkzeug.security import generate_password_hash
 
 from . import metrics
 from .accounts import (
@@ -27,6 +26,7 @@ from .errors import (
     ValidationError,
 )
 from .models import JobStatus
+from .passwords import hash_password
 from .providers.base import TTSProvider
 from .read import ITEM_STATUSES, JOB_STATUSES, ItemsPage, JobHead, JobPoll, Views, seen_version
 from .repositories import UserRecord
@@ -85,7 +85,7 @@ def create_admin(uow_factory: UowFactory, org_slug: str, email: str, password: s
     _check_password(password)
     with uow_factory() as uow:
         org_id = uow.users.get_or_create_organization(org_slug)
-        user_id = uow.users.create_user(org_id, email, generate_password_hash(password))
+        user_id = uow.users.create_user(org_id, email, hash_password(password))
         if user_id is None:
             raise ValidationError(f"a user with email {email} exists already", field="email")
         uow.commit()
@@ -96,7 +96,7 @@ def reset_password(uow_factory: UowFactory, email: str, password: str) -> None:
     """Give an existing user a new password (the quick start's demo admin on a re-run)."""
     _check_password(password)
     with uow_factory() as uow:
-        if not uow.users.set_password_hash(email.strip(), generate_password_hash(password)):
+        if not uow.users.set_password_hash(email.strip(), hash_password(password)):
             raise NotFound(f"no user with email {email}")
         uow.commit()
 

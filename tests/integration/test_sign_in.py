@@ -6,9 +6,10 @@ import logging
 import statistics
 import threading
 import time
+from dataclasses import fields
 
 import pytest
-from flask import Flask
+from flask import Flask, g
 from flask.testing import FlaskClient
 from sqlalchemy import select, update
 from werkzeug.test import TestResponse
@@ -21,6 +22,7 @@ from speechbatch.models import SignInThrottle
 from speechbatch.repositories import UserRecord
 from tests.helpers import concrete
 from tests.integration.test_pages import PASSWORD, csrf_from, text_of
+from tests.integration.test_pages import sign_in as browser_sign_in
 
 EMAIL = "admin@acme.test"
 
@@ -156,3 +158,28 @@ def test_an_unknown_email_takes_as_long_to_refuse_as_a_wrong_password(
             assert sign_in(svc.uow_factory, email, "wrong-password", f"10.8.0.{n}") is None
             times.append(time.perf_counter() - started)
     assert statistics.median(unknown) > 0.6 * statistics.median(wrong), (unknown, wrong)
+
+
+def test_the_requests_user_carries_no_password_hash(
+    client: FlaskClient, admin: UserRecord, auth: dict[str, str]
+) -> None:
+    browser_sign_in(client)
+    with client:
+        assert client.get("/").status_code == 200
+        page_user = g.session_user
+    api = client.application.test_client()
+    with api:
+        assert api.get("/api/tokens", headers=auth).status_code == 200
+        api_user = g.user
+    for user in (page_user, api_user, admin):
+        assert user.email == EMAIL
+        assert "password_hash" not in {field.name for field in fields(user)}
+        assert "scrypt" not in repr(user) and "hash" not in repr(user)
+
+
+def test_only_the_sign_in_reads_the_password_hash(admin: UserRecord, svc: Services) -> None:
+    with svc.uow_factory(read_only=True) as uow:
+        credentials = uow.users.get_credentials(EMAIL.upper())
+    assert credentials is not None and credentials.user == admin
+    assert credentials.password_hash.startswith("scrypt:")
+    assert "scrypt" not in repr(credentials)

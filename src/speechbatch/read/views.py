@@ -256,11 +256,7 @@ class JobViews:
         ).first()
         if row is None:
             return None if by_token else JobPoll(None, None, None)
-        user = (
-            UserRecord(row.user_id, row.user_organization_id, row.email, row.password_hash)
-            if by_token
-            else None
-        )
+        user = UserRecord(row.user_id, row.user_organization_id, row.email) if by_token else None
         head = _head_of(row, True) if row.id is not None else None
         document = None if row.document is None else str(row.document)
         due = row.token_id if by_token and row.last_use_is_stale else None
@@ -395,7 +391,6 @@ def _head_statement(liveness: bool, by_token: bool = False) -> Select[Any]:
             users.c.id.label("user_id"),
             users.c.organization_id.label("user_organization_id"),
             users.c.email,
-            users.c.password_hash,
             api_tokens.c.id.label("token_id"),
             last_use_due().label("last_use_is_stale"),
             *columns,
