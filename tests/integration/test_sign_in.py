@@ -14,12 +14,16 @@ from flask.testing import FlaskClient
 from sqlalchemy import select, update
 from werkzeug.test import TestResponse
 
+from speechbatch import create_app
 from speechbatch.accounts import sign_in
 from speechbatch.app import Services
+from speechbatch.config import Settings
 from speechbatch.db import ago
 from speechbatch.errors import TooManySignIns
 from speechbatch.models import SignInThrottle
 from speechbatch.repositories import UserRecord
+from tests.conftest import close_services, services, with_settings
+from tests.fakes import FakeProvider
 from tests.helpers import concrete
 from tests.integration.test_pages import PASSWORD, csrf_from, text_of
 from tests.integration.test_pages import sign_in as browser_sign_in
@@ -28,11 +32,16 @@ EMAIL = "admin@acme.test"
 
 
 def attempt(
-    client: FlaskClient, password: str, address: str = "10.0.0.1", email: str = EMAIL
+    client: FlaskClient,
+    password: str,
+    address: str = "10.0.0.1",
+    email: str = EMAIL,
+    forwarded_for: str | None = None,
 ) -> TestResponse:
-    """One POST /login from ``address``."""
+    """One POST /login from ``address`` (with an X-Forwarded-For header, if given)."""
     data = {"email": email, "password": password, "csrf_token": csrf_from(client)}
-    return client.post("/login", data=data, environ_base={"REMOTE_ADDR": address})
+    headers = {"X-Forwarded-For": forwarded_for} if forwarded_for else {}
+    return client.post("/login", data=data, headers=headers, environ_base={"REMOTE_ADDR": address})
 
 
 def fail_five_times(client: FlaskClient, address: str = "10.0.0.1") -> None:
@@ -183,3 +192,29 @@ def test_only_the_sign_in_reads_the_password_hash(admin: UserRecord, svc: Servic
     assert credentials is not None and credentials.user == admin
     assert credentials.password_hash.startswith("scrypt:")
     assert "scrypt" not in repr(credentials)
+
+
+def test_a_forged_forwarded_for_changes_nothing_without_trusted_proxies(
+    client: FlaskClient, admin: UserRecord
+) -> None:
+    for n in range(5):
+        assert attempt(client, "wrong", forwarded_for=f"203.0.113.{n}").status_code == 401
+    assert attempt(client, PASSWORD, forwarded_for="198.51.100.1").status_code == 429
+
+
+def test_behind_a_trusted_proxy_the_reported_client_is_the_key(
+    settings: Settings, provider: FakeProvider, admin: UserRecord
+) -> None:
+    # Two people behind one load balancer (10.0.0.1): one guessing does not lock out the other.
+    app = create_app(with_settings(settings, trusted_proxies=1), provider=provider)
+    try:
+        client = app.test_client()
+        for _ in range(5):
+            assert attempt(client, "wrong", forwarded_for="203.0.113.7").status_code == 401
+        assert attempt(client, PASSWORD, forwarded_for="203.0.113.7").status_code == 429
+        # Only the hop the trusted proxy added counts: what a client wrote before it does not.
+        forged = "198.51.100.2, 203.0.113.7"
+        assert attempt(client, PASSWORD, forwarded_for=forged).status_code == 429
+        assert attempt(client, PASSWORD, forwarded_for="198.51.100.1").status_code == 302
+    finally:
+        close_services(services(app))
