@@ -15,6 +15,9 @@ from . import services as svc
 from .errors import SpeechbatchError
 from .migrate import upgrade
 
+# Where create-admin (and the quick start's demo admin) read a password from.
+ADMIN_PASSWORD_VARIABLE = "SPEECHBATCH_ADMIN_PASSWORD"
+
 
 def _services():  # type: ignore[no-untyped-def]
     return current_app.extensions["speechbatch"]
@@ -36,7 +39,16 @@ def register_cli(app: Flask) -> None:
     @app.cli.command("create-admin")
     @click.option("--org", required=True, help="organization slug (created if missing)")
     @click.option("--email", required=True)
-    @click.option("--password", required=True)
+    @click.option(
+        "--password",
+        envvar=ADMIN_PASSWORD_VARIABLE,
+        show_envvar=True,
+        prompt=True,
+        hide_input=True,
+        confirmation_prompt=True,
+        help="the password; without it, read from the environment or asked (not echoed), "
+        "so that it need not appear in the process list",
+    )
     def create_admin(org: str, email: str, password: str) -> None:
         """Create an admin user (and the organization if missing)."""
         try:
@@ -65,7 +77,8 @@ def register_cli(app: Flask) -> None:
         """Migrate, create a demo admin and token, then serve the app with gunicorn."""
         s = _services()
         upgrade(s.settings.database_url)
-        email, password = "admin@example.com", secrets.token_urlsafe(9)
+        email = "admin@example.com"
+        password = os.environ.get(ADMIN_PASSWORD_VARIABLE) or secrets.token_urlsafe(9)
         try:
             svc.create_admin(s.uow_factory, "demo", email, password)
         except SpeechbatchError:
