@@ -31,3 +31,17 @@ def test_only_passwords_py_imports_werkzeug_security() -> None:
             if isinstance(node, ast.ImportFrom) and node.module == "werkzeug.security":
                 offenders.append(str(path.relative_to(PACKAGE)))
     assert offenders == ["passwords.py"]
+
+
+def test_nothing_above_the_repositories_names_the_password_hash_but_the_sign_in() -> None:
+    # The web layer, the read side and the services get users without it; only the sign-in
+    # (accounts.py) reads it, and services.py hands a new hash to the repository.
+    allowed = {"accounts.py", "services.py", "passwords.py", "models.py"}
+    offenders = sorted(
+        str(path.relative_to(PACKAGE))
+        for path in PACKAGE.rglob("*.py")
+        if "password_hash" in path.read_text()
+        and "repositories" not in path.parts
+        and path.name not in allowed
+    )
+    assert offenders == []
