@@ -170,7 +170,8 @@ def sign_in(
     # An unknown email is checked against a dummy hash of the same cost: refusing it
     # must take as long as refusing a wrong password, or the time tells who has an account.
     stored = credentials.password_hash if credentials is not None else dummy_hash()
-    if not check_password(stored, password) or credentials is None:
+    matches = check_password(stored, password)
+    if credentials is None or not matches:
         log.warning("sign-in failed email=%r address=%s attempt=%s", email, address, tally.attempts)
         return None
     with uow_factory() as uow:
