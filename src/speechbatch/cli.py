@@ -25,16 +25,13 @@ def _services():  # type: ignore[no-untyped-def]
 
 def register_cli(app: Flask) -> None:
     """Register the commands on the app."""
+    _register_account_commands(app)
+    _register_quickstart(app)
+    _register_operations(app)
 
-    @app.cli.group("db")
-    def db() -> None:
-        """Database schema commands."""
 
-    @db.command("upgrade")
-    def db_upgrade() -> None:
-        """Apply the Alembic migrations (idempotent)."""
-        upgrade(_services().settings.database_url)
-        click.echo("database is at the latest revision")
+def _register_account_commands(app: Flask) -> None:
+    """create-admin and create-token."""
 
     @app.cli.command("create-admin")
     @click.option("--org", required=True, help="organization slug (created if missing)")
@@ -69,6 +66,10 @@ def register_cli(app: Flask) -> None:
         click.echo(f"API token {name!r} for {email} (shown once, stored hashed):")
         click.echo(token)
 
+
+def _register_quickstart(app: Flask) -> None:
+    """quickstart: the README's first command (bin/quickstart runs it)."""
+
     @app.cli.command("quickstart")
     @click.option("--host", default="127.0.0.1", show_default=True)
     @click.option("--port", default=8000, show_default=True)
@@ -100,6 +101,20 @@ def register_cli(app: Flask) -> None:
         os.execvp(
             gunicorn, [gunicorn, "wsgi:app", "-w", str(workers), "--threads", "4", "-b", bind]
         )
+
+
+def _register_operations(app: Flask) -> None:
+    """db upgrade, recover, set-budget and gc."""
+
+    @app.cli.group("db")
+    def db() -> None:
+        """Database schema commands."""
+
+    @db.command("upgrade")
+    def db_upgrade() -> None:
+        """Apply the Alembic migrations (idempotent)."""
+        upgrade(_services().settings.database_url)
+        click.echo("database is at the latest revision")
 
     @app.cli.command("recover")
     def recover() -> None:
