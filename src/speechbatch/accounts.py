@@ -15,7 +15,7 @@ from typing import Any
 from sqlalchemy.exc import SQLAlchemyError
 
 from .errors import NotFound, TooManySignIns, ValidationError
-from .passwords import check_password, dummy_hash
+from .passwords import DUMMY_HASH, check_password
 from .repositories import TokenOwner, TokenRecord, UserRecord
 from .repositories.tokens import LAST_USE_RESOLUTION_SECONDS
 from .uow import ReadScope, UowFactory
@@ -169,7 +169,7 @@ def sign_in(
         credentials = uow.users.get_credentials(email)
     # An unknown email is checked against a dummy hash of the same cost: refusing it
     # must take as long as refusing a wrong password, or the time tells who has an account.
-    stored = credentials.password_hash if credentials is not None else dummy_hash()
+    stored = credentials.password_hash if credentials is not None else DUMMY_HASH
     matches = check_password(stored, password)
     if credentials is None or not matches:
         log.warning("sign-in failed email=%r address=%s attempt=%s", email, address, tally.attempts)

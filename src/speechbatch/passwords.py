@@ -6,10 +6,16 @@ this module existed still verifies.
 
 from __future__ import annotations
 
-import functools
-import secrets
-
 from werkzeug.security import check_password_hash, generate_password_hash
+
+# The hash of a random password nobody kept, in the current method and cost: checked when
+# an email is unknown, so that refusing it takes as long as refusing a wrong password.
+# A constant, so that no process pays (and shows) an extra hash on its first refusal;
+# tests/unit/test_sign_in.py checks that its method and cost are hash_password's.
+DUMMY_HASH = (
+    "scrypt:32768:8:1$ttZWgeUrgTELM8im$d6dc181edd85b475baf9102948f7161d3aab361d22f17cc287aa"
+    "48278b40ba2d6cb02bfdfd4155e56370befbe009fad2076327b5631294d697b98c165d8186aa"
+)
 
 
 def hash_password(password: str) -> str:
@@ -20,13 +26,3 @@ def hash_password(password: str) -> str:
 def check_password(password_hash: str, password: str) -> bool:
     """Whether ``password`` matches the stored ``password_hash``."""
     return check_password_hash(password_hash, password)
-
-
-@functools.cache
-def dummy_hash() -> str:
-    """A hash of nobody's password, of the same cost as a real one: checked when an email
-    is unknown, so that refusing it takes as long as refusing a wrong password.
-
-    Made on first use (one hash's time), not at import: most processes never need it.
-    """
-    return hash_password(secrets.token_urlsafe(16))

@@ -45,3 +45,9 @@ def test_nothing_above_the_repositories_names_the_password_hash_but_the_sign_in(
         and path.name not in allowed
     )
     assert offenders == []
+
+
+def test_the_dummy_hash_is_of_the_current_method_and_cost_and_matches_nothing() -> None:
+    method = passwords.hash_password("password-1").split("$")[0]
+    assert passwords.DUMMY_HASH.split("$")[0] == method
+    assert not passwords.check_password(passwords.DUMMY_HASH, "password-1")
