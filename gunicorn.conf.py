@@ -53,3 +53,12 @@ def worker_exit(server: Any, worker: Any) -> None:
 
     # Leave a margin inside the master's grace period before it SIGKILLs the worker.
     drain_all(max(1.0, float(server.cfg.graceful_timeout) - 2.0))
+
+
+def child_exit(server: Any, worker: Any) -> None:
+    """A worker ended (gracefully or killed): in prometheus-client's multiprocess mode,
+    mark it dead, so its live-only samples go while its counters keep being summed."""
+    if os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
+        from prometheus_client import multiprocess
+
+        multiprocess.mark_process_dead(worker.pid)

@@ -17,7 +17,7 @@ from speechbatch.providers.base import (
     TTSProvider,
 )
 from speechbatch.read import ItemsPage, JobHead, JobPoll, ListPage, ListStamp
-from speechbatch.repositories import Runs, SignIns, StaleJob, Tokens, UserRecord
+from speechbatch.repositories import Credentials, Runs, SignIns, StaleJob, Tokens, UserRecord
 from speechbatch.repositories.exports import Exports
 from speechbatch.repositories.job_locks import Locks
 from speechbatch.repositories.resume import Resumes
@@ -99,6 +99,7 @@ class FakeRepository:
         self.stale: list[StaleJob] = []
         self.recovered: list[StaleJob] = []
         self.users: dict[int, UserRecord] = {}
+        self.password_hashes: dict[int, str] = {}
         self.documents_built = 0  # job, items and list documents answered
 
     # Jobs
@@ -250,12 +251,17 @@ class FakeRepository:
         return 10
 
     def create_user(self, organization_id: int, email: str, password_hash: str) -> int | None:
-        user = UserRecord(len(self.users) + 1, organization_id, email, password_hash)
+        user = UserRecord(len(self.users) + 1, organization_id, email)
         self.users[user.id] = user
+        self.password_hashes[user.id] = password_hash
         return user.id
 
     def get_user_by_email(self, email: str) -> UserRecord | None:
         return next((u for u in self.users.values() if u.email == email), None)
+
+    def get_credentials(self, email: str) -> Credentials | None:
+        user = self.get_user_by_email(email)
+        return None if user is None else Credentials(user, self.password_hashes[user.id])
 
     def get_user(self, user_id: int) -> UserRecord | None:
         return self.users.get(user_id)
@@ -264,7 +270,7 @@ class FakeRepository:
         user = self.get_user_by_email(email)
         if user is None:
             return False
-        self.users[user.id] = UserRecord(user.id, user.organization_id, email, password_hash)
+        self.password_hashes[user.id] = password_hash
         return True
 
 

@@ -12,9 +12,8 @@ import secrets
 from datetime import datetime
 from typing import Any
 
-from werkzeug.security import check_password_hash
-
 from .errors import DatabaseError, NotFound, TooManySignIns, ValidationError
+from .passwords import DUMMY_HASH, check_password
 from .repositories import TokenOwner, TokenRecord, UserRecord
 from .repositories.tokens import LAST_USE_RESOLUTION_SECONDS
 from .uow import ReadScope, UowFactory
@@ -121,7 +120,7 @@ def authenticate_token(
     wrote = owner.last_use_is_stale and note_token_use(uow_factory, owner.token_id)
     if wrote and reads is not None:
         reads.restart()  # the rest of the request reads what was just written
-    return UserRecord(owner.user_id, owner.organization_id, owner.email, owner.password_hash)
+    return UserRecord(owner.user_id, owner.organization_id, owner.email)
 
 
 def note_token_use(uow_factory: UowFactory, token_id: int) -> bool:
@@ -165,8 +164,12 @@ def sign_in(
         )
         raise TooManySignIns(retry_after)
     with uow_factory(read_only=True) as uow:
-        user = uow.users.get_user_by_email(email)
-    if user is None or not check_password_hash(user.password_hash, password):
+        credentials = uow.users.get_credentials(email)
+    # An unknown email is checked against a dummy hash of the same cost: refusing it
+    # must take as long as refusing a wrong password, or the time tells who has an account.
+    stored = credentials.password_hash if credentials is not None else DUMMY_HASH
+    matches = check_password(stored, password)
+    if credentials is None or not matches:
         log.warning("sign-in failed email=%r address=%s attempt=%s", email, address, tally.attempts)
         return None
     with uow_factory() as uow:
@@ -176,4 +179,4 @@ def sign_in(
         uow.sign_ins.purge_expired(SIGN_IN_WINDOW_SECONDS)
         uow.commit()
     log.info("sign-in succeeded email=%r address=%s", email, address)
-    return user
+    return credentials.user

@@ -11,6 +11,7 @@ from typing import Any
 from flask import Flask
 from flask_wtf.csrf import CSRFProtect
 from sqlalchemy import Engine
+from werkzeug.middleware.proxy_fix import ProxyFix
 from werkzeug.routing import IntegerConverter, Map
 
 from .config import Settings
@@ -113,6 +114,11 @@ def create_app(settings: Settings | None = None, *, provider: TTSProvider | None
         runner=runner,
         statement_engine=statement_engine,
     )
+    if settings.trusted_proxies:
+        # The client address (the sign-in throttle's key), scheme and host are the ones the
+        # trusted proxies report; with none trusted a forged X-Forwarded-For changes nothing.
+        n = settings.trusted_proxies
+        app.wsgi_app = ProxyFix(app.wsgi_app, x_for=n, x_proto=n, x_host=n)  # type: ignore[method-assign]
     # Ids are BIGINTs: a larger number in a URL is a 404, not an overflow in the driver.
     app.url_map.converters["int"] = DatabaseId
     app.json.sort_keys = False  # type: ignore[attr-defined]

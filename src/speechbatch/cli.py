@@ -15,6 +15,9 @@ from . import services as svc
 from .errors import SpeechbatchError
 from .services.schema import upgrade_database
 
+# Where create-admin (and the quick start's demo admin) read a password from.
+ADMIN_PASSWORD_VARIABLE = "SPEECHBATCH_ADMIN_PASSWORD"
+
 
 def _services():  # type: ignore[no-untyped-def]
     return current_app.extensions["speechbatch"]
@@ -22,21 +25,27 @@ def _services():  # type: ignore[no-untyped-def]
 
 def register_cli(app: Flask) -> None:
     """Register the commands on the app."""
+    _register_account_commands(app)
+    _register_quickstart(app)
+    _register_operations(app)
 
-    @app.cli.group("db")
-    def db() -> None:
-        """Database schema commands."""
 
-    @db.command("upgrade")
-    def db_upgrade() -> None:
-        """Apply the Alembic migrations (idempotent)."""
-        upgrade_database(_services().settings.database_url)
-        click.echo("database is at the latest revision")
+def _register_account_commands(app: Flask) -> None:
+    """create-admin and create-token."""
 
     @app.cli.command("create-admin")
     @click.option("--org", required=True, help="organization slug (created if missing)")
     @click.option("--email", required=True)
-    @click.option("--password", required=True)
+    @click.option(
+        "--password",
+        envvar=ADMIN_PASSWORD_VARIABLE,
+        show_envvar=True,
+        prompt=True,
+        hide_input=True,
+        confirmation_prompt=True,
+        help="the password; without it, read from the environment or asked (not echoed), "
+        "so that it need not appear in the process list",
+    )
     def create_admin(org: str, email: str, password: str) -> None:
         """Create an admin user (and the organization if missing)."""
         try:
@@ -57,6 +66,10 @@ def register_cli(app: Flask) -> None:
         click.echo(f"API token {name!r} for {email} (shown once, stored hashed):")
         click.echo(token)
 
+
+def _register_quickstart(app: Flask) -> None:
+    """quickstart: the README's first command (bin/quickstart runs it)."""
+
     @app.cli.command("quickstart")
     @click.option("--host", default="127.0.0.1", show_default=True)
     @click.option("--port", default=8000, show_default=True)
@@ -65,7 +78,8 @@ def register_cli(app: Flask) -> None:
         """Migrate, create a demo admin and token, then serve the app with gunicorn."""
         s = _services()
         upgrade_database(s.settings.database_url)
-        email, password = "admin@example.com", secrets.token_urlsafe(9)
+        email = "admin@example.com"
+        password = os.environ.get(ADMIN_PASSWORD_VARIABLE) or secrets.token_urlsafe(9)
         try:
             svc.create_admin(s.uow_factory, "demo", email, password)
         except SpeechbatchError:
@@ -87,6 +101,20 @@ def register_cli(app: Flask) -> None:
         os.execvp(
             gunicorn, [gunicorn, "wsgi:app", "-w", str(workers), "--threads", "4", "-b", bind]
         )
+
+
+def _register_operations(app: Flask) -> None:
+    """db upgrade, recover, set-budget and gc."""
+
+    @app.cli.group("db")
+    def db() -> None:
+        """Database schema commands."""
+
+    @db.command("upgrade")
+    def db_upgrade() -> None:
+        """Apply the Alembic migrations (idempotent)."""
+        upgrade_database(_services().settings.database_url)
+        click.echo("database is at the latest revision")
 
     @app.cli.command("recover")
     def recover() -> None:

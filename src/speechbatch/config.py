@@ -47,6 +47,10 @@ class Settings:
     # Deployment-wide: provider calls in flight at once, and started per minute (0: no limit).
     provider_concurrency: int = 8
     provider_rpm: int = 0
+    # Reverse proxies in front of the app whose X-Forwarded-* headers are believed.
+    trusted_proxies: int = 0
+    # When set, GET /metrics needs "Authorization: Bearer" with it.
+    metrics_token: str | None = field(default=None, repr=False)
 
     @property
     def item_worst_case_seconds(self) -> float:
@@ -97,6 +101,8 @@ class Settings:
             raise ConfigError("SPEECHBATCH_PROVIDER_CONCURRENCY must be at least 1")
         if self.provider_rpm < 0:
             raise ConfigError("SPEECHBATCH_PROVIDER_RPM must be 0 (no limit) or more")
+        if self.trusted_proxies < 0:
+            raise ConfigError("SPEECHBATCH_TRUSTED_PROXIES must be 0 (no proxy) or more")
         if self.export_lock_ttl_seconds <= 0:
             raise ConfigError("SPEECHBATCH_EXPORT_LOCK_TTL_SECONDS must be positive")
         price = self.tts_price_per_million_characters
@@ -141,7 +147,7 @@ class Settings:
                 raise ConfigError(f"{var} must be a number, not {raw!r}") from None
 
         for name in ("database_url", "secret_key", "env", "tts_base_url", "tts_api_key",
-                     "tts_model", "storage_dir", "currency"):  # fmt: skip
+                     "tts_model", "storage_dir", "currency", "metrics_token"):  # fmt: skip
             raw = env.get("SPEECHBATCH_" + name.upper())
             if raw:
                 values[name] = raw.strip()
@@ -155,7 +161,7 @@ class Settings:
                      "export_lock_ttl_seconds", "tts_price_per_million_characters"):  # fmt: skip
             number(name, float)
         for name in ("item_concurrency", "tts_max_attempts", "provider_concurrency",
-                     "provider_rpm"):  # fmt: skip
+                     "provider_rpm", "trusted_proxies"):  # fmt: skip
             number(name, int)
         if values.get("env", "development") == "development" and "secret_key" not in values:
             values["secret_key"] = shared_secret_key(instance_dir or DEFAULT_INSTANCE_DIR)

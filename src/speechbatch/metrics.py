@@ -1,8 +1,12 @@
 """Prometheus metrics (the /metrics endpoint that serves them is in web/metrics_api.py).
 
 Counters live in this process. Under gunicorn with several workers, set
-``PROMETHEUS_MULTIPROC_DIR`` to an empty directory so that /metrics aggregates every
-worker (prometheus-client's multiprocess mode); without it a scrape sees one worker.
+``PROMETHEUS_MULTIPROC_DIR`` to an empty directory before the workers start, so that
+/metrics aggregates every worker (prometheus-client's multiprocess mode; gunicorn.conf.py
+marks dead workers); without it a scrape sees the one worker that answered.
+
+Every labelled counter starts at zero for each label value the code knows, so that a
+rate over it exists before the first event (and an alert on it is not silently absent).
 """
 
 from __future__ import annotations
@@ -15,6 +19,18 @@ from prometheus_client import (
     Histogram,
     generate_latest,
 )
+
+from .domain.statuses import RunOutcome
+
+CLAIM_RESULTS = ("won", "refused", "resumed")
+RUN_OUTCOMES = tuple(str(o) for o in RunOutcome if o is not RunOutcome.RUNNING)
+RECOVERY_REASONS = ("lease", "worker")
+BUDGET_REFUSAL_PLACES = ("claim", "run")
+# A provider call's label: its HTTP status, or the kind of failure (providers/retry.py).
+# These are the ones every deployment sees; another HTTP status appears when it happens.
+PROVIDER_CALL_STATUSES = (
+    "200", "429", "500", "502", "503", "504", "timeout", "connection_error", "error",
+)  # fmt: skip
 
 CLAIMS = Counter("speechbatch_claims_total", "Job claims by result", ["result"])
 RUNS = Counter("speechbatch_runs_total", "Runs ended, by outcome", ["outcome"])
@@ -40,6 +56,24 @@ BUDGET_REFUSALS = Counter(
     "speechbatch_budget_refusals_total", "Calls or claims the budget could not pay for", ["where"]
 )
 CANCELS = Counter("speechbatch_cancels_total", "Runs cancelled by a person")
+
+
+def _start_at_zero() -> None:
+    """Create every known label value of every labelled counter, at zero."""
+    known: tuple[tuple[Counter, str, tuple[str, ...]], ...] = (
+        (CLAIMS, "result", CLAIM_RESULTS),
+        (RUNS, "outcome", RUN_OUTCOMES),
+        (RECOVERIES, "reason", RECOVERY_REASONS),
+        (PROVIDER_CALLS, "status", PROVIDER_CALL_STATUSES),
+        (BILLED_CHARACTERS, "status", PROVIDER_CALL_STATUSES),
+        (BUDGET_REFUSALS, "where", BUDGET_REFUSAL_PLACES),
+    )
+    for counter, label, values in known:
+        for value in values:
+            counter.labels(**{label: value})
+
+
+_start_at_zero()
 
 
 def record_provider_call(status: str, seconds: float, characters: int) -> None:

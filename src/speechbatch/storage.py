@@ -27,9 +27,15 @@ class LocalStorage:
         return path
 
     def write(self, key: str, data: bytes) -> None:
-        """Write atomically: a reader sees the old file or the whole new one, never a part."""
+        """Write atomically and durably: a reader sees the old file or the whole new one,
+        never a part, and once this returns a machine crash cannot lose it.
+
+        The data is synced before the rename, and the directory after it: the new name
+        lives in the directory, so without that sync a crash can leave an item DONE in
+        the database with no file behind its key.
+        """
         path = self.path(key)
-        path.parent.mkdir(parents=True, exist_ok=True)
+        _make_dirs(path.parent)
         fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=TEMP_PREFIX, suffix=path.suffix)
         try:
             with os.fdopen(fd, "wb") as f:
@@ -40,6 +46,7 @@ class LocalStorage:
         except BaseException:
             Path(tmp).unlink(missing_ok=True)
             raise
+        _sync_directory(path.parent)
 
     def open(self, key: str) -> BinaryIO:
         """Open a stored file for reading."""
@@ -62,3 +69,22 @@ class LocalStorage:
                     yield path.relative_to(self.root).as_posix()
             except FileNotFoundError:
                 continue  # deleted meanwhile
+
+
+def _make_dirs(directory: Path) -> None:
+    """Create ``directory`` and its missing parents, each one synced into its parent."""
+    if directory.is_dir():
+        return
+    _make_dirs(directory.parent)
+    # Another writer may make it at the same moment: synced here too, not left to them.
+    directory.mkdir(exist_ok=True)
+    _sync_directory(directory.parent)
+
+
+def _sync_directory(directory: Path) -> None:
+    """fsync a directory, so that the names just created or renamed in it are durable."""
+    fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)

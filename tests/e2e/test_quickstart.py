@@ -125,6 +125,23 @@ def test_quickstart_runs_several_workers_on_one_private_key(quickstart: QuickSta
     assert stat.S_IMODE(key.stat().st_mode) == 0o600
 
 
+def test_metrics_count_into_one_folder_for_every_worker(quickstart: QuickStart) -> None:
+    # Multiprocess mode: every worker counts into instance/prometheus (emptied by
+    # bin/quickstart), and every scrape sums the folder, whichever worker answers it
+    # (tests/e2e/test_metrics_workers.py checks the sums).
+    workers = re.findall(r"Booting worker with pid: (\d+)", "".join(quickstart.output))
+    folder = quickstart.folder / "instance" / "prometheus"
+    setting = f"PROMETHEUS_MULTIPROC_DIR={folder.resolve()}".encode()
+    for pid in workers:
+        assert setting in Path(f"/proc/{pid}/environ").read_bytes().split(b"\0"), pid
+    assert list(folder.glob("counter_*.db"))
+    answer = requests.get(
+        f"{quickstart.base_url}/metrics", headers={"Connection": "close"}, timeout=10
+    )
+    assert answer.status_code == 200
+    assert answer.headers["Content-Type"].count("charset=") == 1
+
+
 def test_printed_token_works(quickstart: QuickStart) -> None:
     answer = requests.get(
         f"{quickstart.base_url}/api/jobs",

@@ -28,6 +28,7 @@ def _quickstart(app: Flask, monkeypatch: pytest.MonkeyPatch) -> tuple[str, str, 
 def test_quickstart_prints_credentials_that_sign_in_on_every_start(
     app: Flask, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    monkeypatch.delenv("SPEECHBATCH_ADMIN_PASSWORD", raising=False)
     uow_factory = services(app).uow_factory
     email, first, served = _quickstart(app, monkeypatch)
     assert served[1:] == ["wsgi:app", "-w", "2", "--threads", "4", "-b", "127.0.0.1:8765"]
@@ -37,3 +38,13 @@ def test_quickstart_prints_credentials_that_sign_in_on_every_start(
     assert again_email == email and again != first
     assert accounts.sign_in(uow_factory, email, again, "127.0.0.1") is not None
     assert accounts.sign_in(uow_factory, email, first, "127.0.0.1") is None
+
+
+def test_quickstart_takes_the_demo_password_from_the_environment(
+    app: Flask, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("SPEECHBATCH_ADMIN_PASSWORD", "chosen-demo-password")
+    email, password, served = _quickstart(app, monkeypatch)
+    assert password == "chosen-demo-password"
+    assert not any(password in part for part in served)
+    assert accounts.sign_in(services(app).uow_factory, email, password, "127.0.0.1") is not None

@@ -26,6 +26,7 @@ def test_defaults(tmp_path: Path) -> None:
     assert s.database_url.startswith("sqlite:///") and s.database_url.endswith("speechbatch.db")
     assert s.tts_model == "gpt-4o-mini-tts"
     assert s.provider_concurrency == 8 and s.provider_rpm == 0
+    assert s.trusted_proxies == 0 and s.metrics_token is None
 
 
 def test_values_are_read() -> None:
@@ -42,8 +43,12 @@ def test_values_are_read() -> None:
             "SPEECHBATCH_TTS_API_KEY": "sk-secret",
             "SPEECHBATCH_PROVIDER_CONCURRENCY": "3",
             "SPEECHBATCH_PROVIDER_RPM": "120",
+            "SPEECHBATCH_TRUSTED_PROXIES": "2",
+            "SPEECHBATCH_METRICS_TOKEN": " scrape-secret ",
         }
     )
+    assert s.trusted_proxies == 2 and s.metrics_token == "scrape-secret"
+    assert "scrape-secret" not in repr(s)
     assert s.provider_concurrency == 3 and s.provider_rpm == 120
     assert s.tts_provider == "openai" and s.tts_voices == ("a", "b", "c")
     assert s.lease_seconds == 7 and s.worker_dead_seconds == 3 and s.item_concurrency == 8
@@ -62,6 +67,8 @@ def test_values_are_read() -> None:
         ({"SPEECHBATCH_TTS_MAX_ATTEMPTS": "0"}, "SPEECHBATCH_TTS_MAX_ATTEMPTS"),
         ({"SPEECHBATCH_PROVIDER_CONCURRENCY": "0"}, "SPEECHBATCH_PROVIDER_CONCURRENCY"),
         ({"SPEECHBATCH_PROVIDER_RPM": "-1"}, "SPEECHBATCH_PROVIDER_RPM"),
+        ({"SPEECHBATCH_TRUSTED_PROXIES": "-1"}, "SPEECHBATCH_TRUSTED_PROXIES"),
+        ({"SPEECHBATCH_TRUSTED_PROXIES": "one"}, "SPEECHBATCH_TRUSTED_PROXIES"),
         ({"SPEECHBATCH_DATABASE_URL": "mysql://x"}, "SPEECHBATCH_DATABASE_URL"),
         ({"SPEECHBATCH_ENV": "production"}, "SPEECHBATCH_SECRET_KEY"),
     ],

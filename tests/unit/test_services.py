@@ -16,7 +16,7 @@ from speechbatch.services import Limits
 from speechbatch.uow import ReadScope
 from tests.fakes import FakeRepository, FakeRunner, FakeUnitOfWork, FakeUowFactory
 
-USER = UserRecord(id=1, organization_id=10, email="a@b.c", password_hash="x")
+USER = UserRecord(id=1, organization_id=10, email="a@b.c")
 LIMITS = Limits(voices=("alloy",), max_chars=10)
 
 

@@ -112,7 +112,6 @@ def head_statement(liveness: bool, by_token: bool = False) -> Select[Any]:
             users.c.id.label("user_id"),
             users.c.organization_id.label("user_organization_id"),
             users.c.email,
-            users.c.password_hash,
             api_tokens.c.id.label("token_id"),
             last_use_due().label("last_use_is_stale"),
             *columns,

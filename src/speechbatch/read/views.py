@@ -260,11 +260,7 @@ class JobViews:
         ).first()
         if row is None:
             return None if by_token else JobPoll(None, None, None)
-        user = (
-            UserRecord(row.user_id, row.user_organization_id, row.email, row.password_hash)
-            if by_token
-            else None
-        )
+        user = UserRecord(row.user_id, row.user_organization_id, row.email) if by_token else None
         head = _head_of(row, True) if row.id is not None else None
         document = None if row.document is None else str(row.document)
         due = row.token_id if by_token and row.last_use_is_stale else None

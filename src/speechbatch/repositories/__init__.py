@@ -12,11 +12,12 @@ from .runs import Runs, RunsRepository, StartedItem
 from .sign_ins import AttemptCount, SignInRepository, SignIns
 from .tables import audio_url
 from .tokens import TokenOwner, TokenRecord, TokenRepository, Tokens
-from .users import UserRecord, Users, UsersRepository
+from .users import Credentials, UserRecord, Users, UsersRepository
 from .workers import Workers, WorkersRepository
 
 __all__ = [
     "AttemptCount",
+    "Credentials",
     "Jobs",
     "JobsRepository",
     "Recovery",

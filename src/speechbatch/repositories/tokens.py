@@ -45,7 +45,6 @@ class TokenOwner:
     user_id: int
     organization_id: int
     email: str
-    password_hash: str
     last_use_is_stale: bool
 
 
@@ -109,7 +108,6 @@ class TokenRepository:
                 users.c.id.label("user_id"),
                 users.c.organization_id,
                 users.c.email,
-                users.c.password_hash,
                 last_use_due(touch_after_seconds).label("last_use_is_stale"),
             )
             .join(users, users.c.id == api_tokens.c.user_id)

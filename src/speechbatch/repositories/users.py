@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Protocol
 
 from sqlalchemy import ColumnElement, func, insert, select, update
@@ -14,12 +14,20 @@ from .tables import organizations, users
 
 @dataclass(frozen=True)
 class UserRecord:
-    """A signed-in principal."""
+    """A signed-in principal, as every request sees it: no password hash (only the sign-in
+    reads that, through ``get_credentials``)."""
 
     id: int
     organization_id: int
     email: str
-    password_hash: str
+
+
+@dataclass(frozen=True)
+class Credentials:
+    """A user and their password hash, for the sign-in's check and nothing else."""
+
+    user: UserRecord
+    password_hash: str = field(repr=False)
 
 
 class Users(Protocol):
@@ -28,6 +36,7 @@ class Users(Protocol):
     def get_or_create_organization(self, slug: str) -> int: ...
     def create_user(self, organization_id: int, email: str, password_hash: str) -> int | None: ...
     def get_user_by_email(self, email: str) -> UserRecord | None: ...
+    def get_credentials(self, email: str) -> Credentials | None: ...
     def get_user(self, user_id: int) -> UserRecord | None: ...
     def set_password_hash(self, email: str, password_hash: str) -> bool: ...
 
@@ -71,17 +80,24 @@ class UsersRepository:
 
     def _user_where(self, *where: ColumnElement[bool]) -> UserRecord | None:
         row = self.session.execute(
-            select(users.c.id, users.c.organization_id, users.c.email, users.c.password_hash).where(
-                *where
-            )
+            select(users.c.id, users.c.organization_id, users.c.email).where(*where)
         ).first()
-        return (
-            UserRecord(row.id, row.organization_id, row.email, row.password_hash) if row else None
-        )
+        return UserRecord(row.id, row.organization_id, row.email) if row else None
 
     def get_user_by_email(self, email: str) -> UserRecord | None:
         """Find a user by email (case-insensitive)."""
         return self._user_where(_email_is(email))
+
+    def get_credentials(self, email: str) -> Credentials | None:
+        """A user by email (case-insensitive) with their password hash: the sign-in's read."""
+        row = self.session.execute(
+            select(users.c.id, users.c.organization_id, users.c.email, users.c.password_hash).where(
+                _email_is(email)
+            )
+        ).first()
+        if row is None:
+            return None
+        return Credentials(UserRecord(row.id, row.organization_id, row.email), row.password_hash)
 
     def get_user(self, user_id: int) -> UserRecord | None:
         """Find a user by id."""

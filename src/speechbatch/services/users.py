@@ -4,12 +4,11 @@ from __future__ import annotations
 
 import logging
 
-from werkzeug.security import generate_password_hash
-
 from ..errors import (
     NotFound,
     ValidationError,
 )
+from ..passwords import hash_password
 from ..repositories import UserRecord
 from ..uow import ReadScope, UowFactory
 
@@ -29,7 +28,7 @@ def create_admin(uow_factory: UowFactory, org_slug: str, email: str, password: s
     _check_password(password)
     with uow_factory() as uow:
         org_id = uow.users.get_or_create_organization(org_slug)
-        user_id = uow.users.create_user(org_id, email, generate_password_hash(password))
+        user_id = uow.users.create_user(org_id, email, hash_password(password))
         if user_id is None:
             raise ValidationError(f"a user with email {email} exists already", field="email")
         uow.commit()
@@ -40,7 +39,7 @@ def reset_password(uow_factory: UowFactory, email: str, password: str) -> None:
     """Give an existing user a new password (the quick start's demo admin on a re-run)."""
     _check_password(password)
     with uow_factory() as uow:
-        if not uow.users.set_password_hash(email.strip(), generate_password_hash(password)):
+        if not uow.users.set_password_hash(email.strip(), hash_password(password)):
             raise NotFound(f"no user with email {email}")
         uow.commit()
 
