@@ -70,10 +70,27 @@ def create_app(settings: Settings | None = None, *, provider: TTSProvider | None
     settings = settings or Settings.from_env()
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
     logging.getLogger("alembic").setLevel(logging.WARNING)
-    if settings.is_sqlite:
-        db_path = settings.database_url.removeprefix("sqlite:///")
-        if db_path and db_path != ":memory:":
-            Path(db_path).parent.mkdir(parents=True, exist_ok=True)
+    app = _flask_app(settings)
+    app.extensions["speechbatch"] = build_services(settings, provider)
+    if settings.trusted_proxies:
+        # The client address (the sign-in throttle's key), scheme and host are the ones the
+        # trusted proxies report; with none trusted a forged X-Forwarded-For changes nothing.
+        n = settings.trusted_proxies
+        app.wsgi_app = ProxyFix(app.wsgi_app, x_for=n, x_proto=n, x_host=n)  # type: ignore[method-assign]
+    csrf.init_app(app)
+
+    from .cli import register_cli
+    from .web import register_web
+
+    register_web(app, csrf, production=settings.is_production)
+    register_cli(app)
+    # Processes not run by gunicorn (flask run) still end their runs as INTERRUPTED.
+    atexit.register(drain_all, 5.0)
+    return app
+
+
+def _flask_app(settings: Settings) -> Flask:
+    """The Flask object with its configuration (sessions, limits, URL ids, JSON)."""
     app = Flask(
         __name__,
         template_folder=str(TEMPLATES_DIR),
@@ -91,10 +108,23 @@ def create_app(settings: Settings | None = None, *, provider: TTSProvider | None
         SESSION_COOKIE_SECURE=settings.is_production,
         WTF_CSRF_TIME_LIMIT=None,
     )
+    # Ids are BIGINTs: a larger number in a URL is a 404, not an overflow in the driver.
+    app.url_map.converters["int"] = DatabaseId
+    app.json.sort_keys = False  # type: ignore[attr-defined]
+    return app
+
+
+def build_services(settings: Settings, provider: TTSProvider | None = None) -> Services:
+    """The database, provider, storage and runner of one process, wired together."""
+    if settings.is_sqlite:
+        db_path = settings.database_url.removeprefix("sqlite:///")
+        if db_path and db_path != ":memory:":
+            Path(db_path).parent.mkdir(parents=True, exist_ok=True)
     engine = make_engine(settings.database_url)
-    session_factory = make_session_factory(engine)
     statement_engine = make_engine(settings.database_url, statement_reads=True)
-    uow_factory = SessionUowFactory(session_factory, make_session_factory(statement_engine))
+    uow_factory = SessionUowFactory(
+        make_session_factory(engine), make_session_factory(statement_engine)
+    )
     provider = provider or build_provider(settings)
     storage = LocalStorage(settings.storage_dir)
     listen_dsn = None
@@ -105,7 +135,7 @@ def create_app(settings: Settings | None = None, *, provider: TTSProvider | None
     from .runner.loops import resume_interrupted
 
     runner.background_tick = lambda: resume_interrupted(uow_factory, runner)
-    app.extensions["speechbatch"] = Services(
+    return Services(
         settings=settings,
         engine=engine,
         uow_factory=uow_factory,
@@ -114,36 +144,3 @@ def create_app(settings: Settings | None = None, *, provider: TTSProvider | None
         runner=runner,
         statement_engine=statement_engine,
     )
-    if settings.trusted_proxies:
-        # The client address (the sign-in throttle's key), scheme and host are the ones the
-        # trusted proxies report; with none trusted a forged X-Forwarded-For changes nothing.
-        n = settings.trusted_proxies
-        app.wsgi_app = ProxyFix(app.wsgi_app, x_for=n, x_proto=n, x_host=n)  # type: ignore[method-assign]
-    # Ids are BIGINTs: a larger number in a URL is a 404, not an overflow in the driver.
-    app.url_map.converters["int"] = DatabaseId
-    app.json.sort_keys = False  # type: ignore[attr-defined]
-    csrf.init_app(app)
-
-    from .cli import register_cli
-    from .web import api, context, errors, metrics_api, pages, security
-
-    app.register_blueprint(api.bp)
-    csrf.exempt(api.bp)  # the API checks X-CSRFToken itself for session-authenticated writes
-    app.register_blueprint(pages.bp)
-    from .web import exports_api, openapi, spending, tokens_api
-
-    app.register_blueprint(exports_api.bp)
-    csrf.exempt(exports_api.create_export)  # require_user checks X-CSRFToken on session writes
-    app.register_blueprint(spending.bp)
-    csrf.exempt(spending.cancel)  # require_user checks X-CSRFToken on session writes
-    app.register_blueprint(tokens_api.bp)
-    csrf.exempt(tokens_api.bp)  # require_user checks X-CSRFToken on session writes
-    app.register_blueprint(openapi.bp)
-    app.register_blueprint(metrics_api.bp)
-    context.init_app(app)
-    errors.register(app)
-    security.install(app, production=settings.is_production)
-    register_cli(app)
-    # Processes not run by gunicorn (flask run) still end their runs as INTERRUPTED.
-    atexit.register(drain_all, 5.0)
-    return app

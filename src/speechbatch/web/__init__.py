@@ -1,1 +1,37 @@
 """HTTP entrypoints: the JSON API and the admin pages."""
+
+from __future__ import annotations
+
+from flask import Flask
+from flask_wtf.csrf import CSRFProtect
+
+
+def register_web(app: Flask, csrf: CSRFProtect, *, production: bool) -> None:
+    """Register every blueprint, the request context, error handlers and headers."""
+    from . import (
+        api,
+        context,
+        errors,
+        exports_api,
+        metrics_api,
+        openapi,
+        pages,
+        security,
+        spending,
+        tokens_api,
+    )
+
+    app.register_blueprint(api.bp)
+    csrf.exempt(api.bp)  # the API checks X-CSRFToken itself for session-authenticated writes
+    app.register_blueprint(pages.bp)
+    app.register_blueprint(exports_api.bp)
+    csrf.exempt(exports_api.create_export)  # require_user checks X-CSRFToken on session writes
+    app.register_blueprint(spending.bp)
+    csrf.exempt(spending.cancel)  # require_user checks X-CSRFToken on session writes
+    app.register_blueprint(tokens_api.bp)
+    csrf.exempt(tokens_api.bp)  # require_user checks X-CSRFToken on session writes
+    app.register_blueprint(openapi.bp)
+    app.register_blueprint(metrics_api.bp)
+    context.init_app(app)
+    errors.register(app)
+    security.install(app, production=production)
