@@ -62,11 +62,9 @@ def poll_statement(
 
 
 @functools.cache
-def head_statement(liveness: bool, by_token: bool = False) -> Select[Any]:
-    """The head's one statement, built once (parameters: job_id, organization_id or,
-    ``by_token``, token_hash; lease_seconds, worker_dead_seconds)."""
-    current_run = runs.alias("current_run")
-    current_worker = workers.alias("current_worker")
+def _head_columns(liveness: bool, current_run: Any, current_worker: Any) -> list[Any]:
+    """What a job's head shows: its row, counters, newest progress, reclaims, live run's
+    worker and waits, and (``liveness``) whether it looks dead."""
     newest_item = (
         select(type_coerce(func.max(items.c.updated_at), UTCDateTime()))
         .where(items.c.job_id == jobs.c.id)
@@ -105,6 +103,15 @@ def head_statement(liveness: bool, by_token: bool = False) -> Select[Any]:
             has_orphan_items(),
         )
         columns.append(case((looks_dead, True), else_=False).label("needs_recovery"))
+    return columns
+
+
+def head_statement(liveness: bool, by_token: bool = False) -> Select[Any]:
+    """The head's one statement, built once (parameters: job_id, organization_id or,
+    ``by_token``, token_hash; lease_seconds, worker_dead_seconds)."""
+    current_run = runs.alias("current_run")
+    current_worker = workers.alias("current_worker")
+    columns = _head_columns(liveness, current_run, current_worker)
     job_id = bindparam("job_id", type_=Id)
     if by_token:
         # The token's user, and the job only if it is in their organization.
