@@ -5,9 +5,9 @@ from __future__ import annotations
 from alembic import context
 from sqlalchemy import Connection
 
+from speechbatch.adapters.db import make_engine
+from speechbatch.adapters.models import Base
 from speechbatch.config import Settings
-from speechbatch.db import make_engine
-from speechbatch.models import Base
 
 config = context.config
 target_metadata = Base.metadata

@@ -16,10 +16,10 @@ from flask import Flask
 from flask.testing import FlaskClient
 
 from speechbatch import create_app
+from speechbatch.adapters.migrate import upgrade
+from speechbatch.adapters.repositories import UserRecord
 from speechbatch.app import Services
 from speechbatch.config import Settings
-from speechbatch.migrate import upgrade
-from speechbatch.repositories import UserRecord
 from speechbatch.services import create_token
 from tests.fakes import FakeProvider
 from tests.helpers import new_admin

@@ -11,18 +11,25 @@ from collections.abc import Iterable, Sequence
 from datetime import UTC, datetime
 from typing import Any, Literal, overload
 
-from speechbatch.providers.base import (
+from speechbatch.adapters.providers.base import (
     PermanentProviderError,
     RetryableProviderError,
     TTSProvider,
 )
-from speechbatch.read import ItemsPage, JobHead, JobPoll, ListPage, ListStamp
-from speechbatch.repositories import Credentials, Runs, SignIns, StaleJob, Tokens, UserRecord
-from speechbatch.repositories.exports import Exports
-from speechbatch.repositories.job_locks import Locks
-from speechbatch.repositories.resume import Resumes
-from speechbatch.repositories.slots import SlotReads
-from speechbatch.repositories.spending import Usage
+from speechbatch.adapters.read import ItemsPage, JobHead, JobPoll, ListPage, ListStamp
+from speechbatch.adapters.repositories import (
+    Credentials,
+    Runs,
+    SignIns,
+    StaleJob,
+    Tokens,
+    UserRecord,
+)
+from speechbatch.adapters.repositories.exports import Exports
+from speechbatch.adapters.repositories.job_locks import Locks
+from speechbatch.adapters.repositories.ledger import Usage
+from speechbatch.adapters.repositories.resume import Resumes
+from speechbatch.adapters.repositories.slots import SlotReads
 
 
 def fake_audio(text: str) -> bytes:

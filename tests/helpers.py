@@ -10,11 +10,11 @@ from typing import Any, TypeVar
 
 from sqlalchemy import func, select, update
 
+from speechbatch.adapters.models import Item, Job, Worker
+from speechbatch.adapters.repositories import UserRecord
+from speechbatch.adapters.uow import Reader, SessionUowFactory, StatementReader, UowFactory
 from speechbatch.app import Services
-from speechbatch.models import Item, Job, Worker
-from speechbatch.repositories import UserRecord
 from speechbatch.services import Limits, create_admin, create_job
-from speechbatch.uow import Reader, SessionUowFactory, StatementReader, UowFactory
 
 T = TypeVar("T")
 LIMITS = Limits(voices=("alloy", "echo"), max_chars=4096)

@@ -10,7 +10,7 @@ from __future__ import annotations
 import sqlalchemy as sa
 from alembic import op
 
-import speechbatch.db
+import speechbatch.adapters.db
 
 revision = "0001"
 down_revision = None
@@ -29,12 +29,12 @@ def upgrade() -> None:
         sa.Column("holder", sa.Text(), nullable=False),
         sa.Column(
             "acquired_at",
-            speechbatch.db.UTCDateTime(timezone=True),
-            server_default=speechbatch.db.db_now(),
+            speechbatch.adapters.db.UTCDateTime(timezone=True),
+            server_default=speechbatch.adapters.db.db_now(),
             nullable=False,
         ),
-        sa.Column("expires_at", speechbatch.db.UTCDateTime(timezone=True), nullable=False),
-        sa.Column("released_at", speechbatch.db.UTCDateTime(timezone=True), nullable=True),
+        sa.Column("expires_at", speechbatch.adapters.db.UTCDateTime(timezone=True), nullable=False),
+        sa.Column("released_at", speechbatch.adapters.db.UTCDateTime(timezone=True), nullable=True),
         sa.PrimaryKeyConstraint("id", name=op.f("pk_job_locks")),
     )
     with op.batch_alter_table("job_locks", schema=None) as batch_op:
@@ -52,8 +52,8 @@ def upgrade() -> None:
         sa.Column("slug", sa.String(length=100), nullable=False),
         sa.Column(
             "created_at",
-            speechbatch.db.UTCDateTime(timezone=True),
-            server_default=speechbatch.db.db_now(),
+            speechbatch.adapters.db.UTCDateTime(timezone=True),
+            server_default=speechbatch.adapters.db.db_now(),
             nullable=False,
         ),
         sa.PrimaryKeyConstraint("id", name=op.f("pk_organizations")),
@@ -66,17 +66,17 @@ def upgrade() -> None:
         sa.Column("pid", sa.Integer(), nullable=False),
         sa.Column(
             "started_at",
-            speechbatch.db.UTCDateTime(timezone=True),
-            server_default=speechbatch.db.db_now(),
+            speechbatch.adapters.db.UTCDateTime(timezone=True),
+            server_default=speechbatch.adapters.db.db_now(),
             nullable=False,
         ),
         sa.Column(
             "heartbeat_at",
-            speechbatch.db.UTCDateTime(timezone=True),
-            server_default=speechbatch.db.db_now(),
+            speechbatch.adapters.db.UTCDateTime(timezone=True),
+            server_default=speechbatch.adapters.db.db_now(),
             nullable=False,
         ),
-        sa.Column("stopped_at", speechbatch.db.UTCDateTime(timezone=True), nullable=True),
+        sa.Column("stopped_at", speechbatch.adapters.db.UTCDateTime(timezone=True), nullable=True),
         sa.PrimaryKeyConstraint("id", name=op.f("pk_workers")),
     )
     op.create_table(
@@ -90,8 +90,8 @@ def upgrade() -> None:
         sa.Column("is_admin", sa.Boolean(), nullable=False),
         sa.Column(
             "created_at",
-            speechbatch.db.UTCDateTime(timezone=True),
-            server_default=speechbatch.db.db_now(),
+            speechbatch.adapters.db.UTCDateTime(timezone=True),
+            server_default=speechbatch.adapters.db.db_now(),
             nullable=False,
         ),
         sa.ForeignKeyConstraint(
@@ -114,8 +114,8 @@ def upgrade() -> None:
         sa.Column("token_hash", sa.String(length=64), nullable=False),
         sa.Column(
             "created_at",
-            speechbatch.db.UTCDateTime(timezone=True),
-            server_default=speechbatch.db.db_now(),
+            speechbatch.adapters.db.UTCDateTime(timezone=True),
+            server_default=speechbatch.adapters.db.db_now(),
             nullable=False,
         ),
         sa.ForeignKeyConstraint(
@@ -142,11 +142,11 @@ def upgrade() -> None:
         sa.Column("file_path", sa.String(length=500), nullable=True),
         sa.Column(
             "created_at",
-            speechbatch.db.UTCDateTime(timezone=True),
-            server_default=speechbatch.db.db_now(),
+            speechbatch.adapters.db.UTCDateTime(timezone=True),
+            server_default=speechbatch.adapters.db.db_now(),
             nullable=False,
         ),
-        sa.Column("finished_at", speechbatch.db.UTCDateTime(timezone=True), nullable=True),
+        sa.Column("finished_at", speechbatch.adapters.db.UTCDateTime(timezone=True), nullable=True),
         sa.ForeignKeyConstraint(
             ["created_by_id"], ["users.id"], name=op.f("fk_exports_created_by_id_users")
         ),
@@ -181,18 +181,18 @@ def upgrade() -> None:
         sa.Column("error_message", sa.Text(), nullable=True),
         sa.Column(
             "created_at",
-            speechbatch.db.UTCDateTime(timezone=True),
-            server_default=speechbatch.db.db_now(),
+            speechbatch.adapters.db.UTCDateTime(timezone=True),
+            server_default=speechbatch.adapters.db.db_now(),
             nullable=False,
         ),
         sa.Column(
             "updated_at",
-            speechbatch.db.UTCDateTime(timezone=True),
-            server_default=speechbatch.db.db_now(),
+            speechbatch.adapters.db.UTCDateTime(timezone=True),
+            server_default=speechbatch.adapters.db.db_now(),
             nullable=False,
         ),
-        sa.Column("started_at", speechbatch.db.UTCDateTime(timezone=True), nullable=True),
-        sa.Column("finished_at", speechbatch.db.UTCDateTime(timezone=True), nullable=True),
+        sa.Column("started_at", speechbatch.adapters.db.UTCDateTime(timezone=True), nullable=True),
+        sa.Column("finished_at", speechbatch.adapters.db.UTCDateTime(timezone=True), nullable=True),
         sa.ForeignKeyConstraint(
             ["created_by_id"], ["users.id"], name=op.f("fk_jobs_created_by_id_users")
         ),
@@ -220,8 +220,8 @@ def upgrade() -> None:
         sa.Column("audio_sha256", sa.String(length=64), nullable=True),
         sa.Column(
             "updated_at",
-            speechbatch.db.UTCDateTime(timezone=True),
-            server_default=speechbatch.db.db_now(),
+            speechbatch.adapters.db.UTCDateTime(timezone=True),
+            server_default=speechbatch.adapters.db.db_now(),
             nullable=False,
         ),
         sa.ForeignKeyConstraint(
@@ -247,11 +247,11 @@ def upgrade() -> None:
         sa.Column("outcome", sa.String(length=20), nullable=False),
         sa.Column(
             "started_at",
-            speechbatch.db.UTCDateTime(timezone=True),
-            server_default=speechbatch.db.db_now(),
+            speechbatch.adapters.db.UTCDateTime(timezone=True),
+            server_default=speechbatch.adapters.db.db_now(),
             nullable=False,
         ),
-        sa.Column("finished_at", speechbatch.db.UTCDateTime(timezone=True), nullable=True),
+        sa.Column("finished_at", speechbatch.adapters.db.UTCDateTime(timezone=True), nullable=True),
         sa.Column("error_message", sa.Text(), nullable=True),
         sa.ForeignKeyConstraint(
             ["job_id"], ["jobs.id"], name=op.f("fk_runs_job_id_jobs"), ondelete="CASCADE"

@@ -14,7 +14,7 @@ from __future__ import annotations
 import sqlalchemy as sa
 from alembic import op
 
-import speechbatch.db
+import speechbatch.adapters.db
 
 revision = "0005"
 down_revision = "0004"
@@ -31,17 +31,23 @@ def upgrade() -> None:
             sa.Column("prefix", sa.String(length=16), server_default="", nullable=False)
         )
         batch_op.add_column(
-            sa.Column("last_used_at", speechbatch.db.UTCDateTime(timezone=True), nullable=True)
+            sa.Column(
+                "last_used_at", speechbatch.adapters.db.UTCDateTime(timezone=True), nullable=True
+            )
         )
         batch_op.add_column(
-            sa.Column("revoked_at", speechbatch.db.UTCDateTime(timezone=True), nullable=True)
+            sa.Column(
+                "revoked_at", speechbatch.adapters.db.UTCDateTime(timezone=True), nullable=True
+            )
         )
     op.create_table(
         "sign_in_throttles",
         sa.Column("id", sa.BigInteger().with_variant(sa.Integer(), "sqlite"), nullable=False),
         sa.Column("email", sa.String(length=320), nullable=False),
         sa.Column("client_address", sa.String(length=64), nullable=False),
-        sa.Column("window_started_at", speechbatch.db.UTCDateTime(timezone=True), nullable=False),
+        sa.Column(
+            "window_started_at", speechbatch.adapters.db.UTCDateTime(timezone=True), nullable=False
+        ),
         sa.Column("attempts", sa.Integer(), nullable=False),
         sa.PrimaryKeyConstraint("id", name=op.f("pk_sign_in_throttles")),
         sa.UniqueConstraint("email", "client_address", name="uq_sign_in_throttles_email_address"),

@@ -10,7 +10,7 @@ from __future__ import annotations
 import sqlalchemy as sa
 from alembic import op
 
-from speechbatch.db import UTCDateTime, db_now
+from speechbatch.adapters.db import UTCDateTime, db_now
 
 revision = "0007"
 down_revision = "0006"

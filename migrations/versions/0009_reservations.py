@@ -14,7 +14,7 @@ from __future__ import annotations
 import sqlalchemy as sa
 from alembic import op
 
-from speechbatch.db import UTCDateTime, db_now
+from speechbatch.adapters.db import UTCDateTime, db_now
 
 revision = "0009_reservations"
 down_revision = "0008"

@@ -1,5 +1,5 @@
 """speechbatch: crash-safe batch text-to-speech."""
 
-from .app import create_app
+from speechbatch.app import create_app
 
 __all__ = ["create_app"]

@@ -14,15 +14,15 @@ from sqlalchemy import Engine
 from werkzeug.middleware.proxy_fix import ProxyFix
 from werkzeug.routing import IntegerConverter, Map
 
-from .config import Settings
-from .db import make_engine, make_session_factory
-from .providers import build_provider
-from .providers.base import TTSProvider
-from .read import DocumentCache
-from .runner.lifecycle import Runner, drain_all
-from .services import Limits
-from .storage import LocalStorage
-from .uow import SessionUowFactory, UowFactory
+from speechbatch.adapters.db import make_engine, make_session_factory
+from speechbatch.adapters.providers import build_provider
+from speechbatch.adapters.providers.base import TTSProvider
+from speechbatch.adapters.read import DocumentCache
+from speechbatch.adapters.storage import LocalStorage
+from speechbatch.adapters.uow import SessionUowFactory, UowFactory
+from speechbatch.config import Settings
+from speechbatch.runner.lifecycle import Runner, drain_all
+from speechbatch.services import Limits
 
 TEMPLATES_DIR = Path(__file__).resolve().parents[2] / "templates"
 STATIC_DIR = Path(__file__).resolve().parent / "static"
@@ -79,8 +79,8 @@ def create_app(settings: Settings | None = None, *, provider: TTSProvider | None
         app.wsgi_app = ProxyFix(app.wsgi_app, x_for=n, x_proto=n, x_host=n)  # type: ignore[method-assign]
     csrf.init_app(app)
 
-    from .cli import register_cli
-    from .web import register_web
+    from speechbatch.cli import register_cli
+    from speechbatch.web import register_web
 
     register_web(app, csrf, production=settings.is_production)
     register_cli(app)
@@ -132,7 +132,7 @@ def build_services(settings: Settings, provider: TTSProvider | None = None) -> S
         # The slot listener's own connection (LISTEN): a plain psycopg DSN.
         listen_dsn = engine.url.set(drivername="postgresql").render_as_string(hide_password=False)
     runner = Runner(uow_factory, provider, storage, settings, listen_dsn)
-    from .runner.loops import resume_interrupted
+    from speechbatch.runner.loops import resume_interrupted
 
     runner.background_tick = lambda: resume_interrupted(uow_factory, runner)
     return Services(

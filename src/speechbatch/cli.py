@@ -10,10 +10,10 @@ import sys
 import click
 from flask import Flask, current_app
 
-from . import accounts, spending
-from . import services as svc
-from .errors import SpeechbatchError
-from .services.schema import upgrade_database
+from speechbatch import services as svc
+from speechbatch.errors import SpeechbatchError
+from speechbatch.services import accounts, spending
+from speechbatch.services.schema import upgrade_database
 
 # Where create-admin (and the quick start's demo admin) read a password from.
 ADMIN_PASSWORD_VARIABLE = "SPEECHBATCH_ADMIN_PASSWORD"

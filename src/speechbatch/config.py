@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from urllib.parse import urlsplit
 
-from .errors import ConfigError
+from speechbatch.errors import ConfigError
 
 PROVIDERS = ("espeak", "openai")
 ENVIRONMENTS = ("development", "production")
@@ -25,7 +25,9 @@ DEFAULT_INSTANCE_DIR = Path("instance")
 class Settings:
     """Everything the app reads from its environment, validated once at start."""
 
-    database_url: str = "sqlite:///" + str((DEFAULT_INSTANCE_DIR / "speechbatch.db").resolve())
+    database_url: str = "sqlite:///" + str(
+        (DEFAULT_INSTANCE_DIR / "speechbatch.adapters.db").resolve()
+    )
     secret_key: str = field(default_factory=lambda: secrets.token_hex(32))
     env: str = "development"
     tts_provider: str = "espeak"

@@ -21,8 +21,8 @@ import pytest
 from sqlalchemy import Engine, create_engine, select, text, update
 from sqlalchemy.pool import NullPool
 
-from speechbatch.db import later
-from speechbatch.repositories.job_locks import job_locks
+from speechbatch.adapters.db import later
+from speechbatch.adapters.repositories.job_locks import job_locks
 from tests.e2e.conftest import Metric
 from tests.support.fake_provider import fake_audio
 from tests.support.server import ApiClient, GunicornServer, wait_until
@@ -38,7 +38,7 @@ SLOW_WSGI = '''
 import time
 
 from speechbatch import create_app
-from speechbatch.storage import LocalStorage
+from speechbatch.adapters.storage import LocalStorage
 
 
 class SlowReads(LocalStorage):

@@ -7,8 +7,8 @@ import json
 import pytest
 from flask.testing import FlaskClient
 
+from speechbatch.adapters.repositories import UserRecord
 from speechbatch.app import Services
-from speechbatch.repositories import UserRecord
 from speechbatch.services import create_admin, create_token
 from tests.fakes import FakeProvider
 from tests.helpers import set_items, view, wait_for
@@ -254,8 +254,8 @@ def test_a_heartbeat_does_not_change_a_generating_jobs_answer(
 
     from sqlalchemy import update
 
-    from speechbatch.db import db_now
-    from speechbatch.repositories.tables import workers
+    from speechbatch.adapters.db import db_now
+    from speechbatch.adapters.repositories.tables import workers
 
     provider.gate = threading.Event()
     job_id = _create(client, auth).get_json()["id"]

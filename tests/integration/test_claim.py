@@ -6,9 +6,9 @@ import threading
 
 import pytest
 
+from speechbatch.adapters.repositories import UserRecord
 from speechbatch.app import Services
 from speechbatch.errors import AlreadyGenerating, NotFound, NothingToGenerate
-from speechbatch.repositories import UserRecord
 from speechbatch.services import start_generation
 from tests.helpers import claim, new_admin, new_job, set_items, view
 

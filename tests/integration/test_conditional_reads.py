@@ -9,13 +9,13 @@ from flask.testing import FlaskClient
 from sqlalchemy import select, update
 
 from speechbatch import create_app
-from speechbatch.accounts import create_token
+from speechbatch.adapters.models import Item, Job
+from speechbatch.adapters.read import DocumentCache, lease_variant, seen_version
+from speechbatch.adapters.repositories import UserRecord
 from speechbatch.app import Services
 from speechbatch.config import Settings
-from speechbatch.models import Item, Job
-from speechbatch.read import DocumentCache, lease_variant, seen_version
-from speechbatch.repositories import UserRecord
 from speechbatch.services import create_admin
+from speechbatch.services.accounts import create_token
 from tests.conftest import close_services, services, with_settings
 from tests.fakes import FakeProvider
 from tests.helpers import ago, claim, concrete, new_job, view

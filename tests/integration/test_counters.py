@@ -7,10 +7,10 @@ from typing import Any
 
 from sqlalchemy import update
 
+from speechbatch.adapters.models import Item, Job
+from speechbatch.adapters.repositories import StaleJob, UserRecord
+from speechbatch.adapters.repositories.runs import FinishedItem
 from speechbatch.app import Services
-from speechbatch.models import Item, Job
-from speechbatch.repositories import StaleJob, UserRecord
-from speechbatch.repositories.runs import FinishedItem
 from speechbatch.services import get_job, start_generation
 from tests.fakes import FakeProvider, permanent
 from tests.helpers import (

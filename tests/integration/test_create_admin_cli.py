@@ -8,7 +8,7 @@ import pytest
 from click.testing import Result
 from flask import Flask
 
-from speechbatch import accounts
+from speechbatch.services import accounts
 from tests.conftest import services
 
 EMAIL = "root@acme.test"

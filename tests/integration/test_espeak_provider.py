@@ -6,8 +6,8 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
-from speechbatch.providers import PermanentProviderError
-from speechbatch.providers.espeak import EspeakProvider
+from speechbatch.adapters.providers import PermanentProviderError
+from speechbatch.adapters.providers.espeak import EspeakProvider
 
 # MPEG audio header tables (Layer III only), for walking the frames of the output.
 _BITRATES_KBPS = {

@@ -24,16 +24,21 @@ from flask.testing import FlaskClient
 from sqlalchemy import select, update
 
 from speechbatch import create_app
+from speechbatch.adapters.db import ago
+from speechbatch.adapters.models import Item
+from speechbatch.adapters.repositories import UserRecord
+from speechbatch.adapters.repositories.exports import ExportRepository, exports
+from speechbatch.adapters.repositories.job_locks import LockRepository, job_locks
+from speechbatch.adapters.storage import LocalStorage
 from speechbatch.app import Services
 from speechbatch.config import Settings
-from speechbatch.db import ago
-from speechbatch.exports import JOB_TYPE, RECOVERED_MESSAGE, spreadsheet_safe, wait_for_exports
-from speechbatch.models import Item
-from speechbatch.repositories import UserRecord
-from speechbatch.repositories.exports import ExportRepository, exports
-from speechbatch.repositories.job_locks import LockRepository, job_locks
 from speechbatch.services import create_admin, create_token
-from speechbatch.storage import LocalStorage
+from speechbatch.services.exports import (
+    JOB_TYPE,
+    RECOVERED_MESSAGE,
+    spreadsheet_safe,
+    wait_for_exports,
+)
 from tests.conftest import close_services, with_settings
 from tests.fakes import FakeProvider, fake_audio
 from tests.helpers import concrete, wait_for

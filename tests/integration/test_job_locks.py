@@ -17,10 +17,10 @@ from sqlalchemy import Engine, func, select, text, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session, sessionmaker
 
-from speechbatch.db import ago, make_engine, make_session_factory
+from speechbatch.adapters.db import ago, make_engine, make_session_factory
+from speechbatch.adapters.migrate import alembic_config
+from speechbatch.adapters.repositories.job_locks import JobLockGrant, LockRepository, job_locks
 from speechbatch.errors import LockHeld
-from speechbatch.migrate import alembic_config
-from speechbatch.repositories.job_locks import JobLockGrant, LockRepository, job_locks
 
 T = TypeVar("T")
 ORG = 1

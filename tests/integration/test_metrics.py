@@ -12,7 +12,8 @@ import pytest
 from flask import Flask
 from flask.testing import FlaskClient
 
-from speechbatch import create_app, metrics
+from speechbatch import create_app
+from speechbatch.adapters import metrics
 from speechbatch.config import Settings
 from speechbatch.domain.statuses import RunOutcome
 from tests.conftest import close_services, services, with_settings

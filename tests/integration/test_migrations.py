@@ -8,9 +8,9 @@ from alembic.migration import MigrationContext
 from alembic.script import ScriptDirectory
 from sqlalchemy import inspect, text
 
-from speechbatch.db import make_engine
-from speechbatch.migrate import alembic_config, upgrade
-from speechbatch.models import Base
+from speechbatch.adapters.db import make_engine
+from speechbatch.adapters.migrate import alembic_config, upgrade
+from speechbatch.adapters.models import Base
 
 
 def test_there_is_one_head(database_url: str) -> None:

@@ -11,16 +11,16 @@ import pytest
 import requests
 import responses
 
-from speechbatch.config import Settings
-from speechbatch.providers import (
+from speechbatch.adapters.providers import (
     PermanentProviderError,
     ProviderError,
     RetryableProviderError,
     build_provider,
     synthesize_with_retries,
 )
-from speechbatch.providers.base import CallNotSent, guarded
-from speechbatch.providers.openai import OpenAIProvider, parse_retry_after
+from speechbatch.adapters.providers.base import CallNotSent, guarded
+from speechbatch.adapters.providers.openai import OpenAIProvider, parse_retry_after
+from speechbatch.config import Settings
 
 BASE = "https://tts.example.test/v1/"
 URL = "https://tts.example.test/v1/audio/speech"

@@ -16,9 +16,9 @@ from pathlib import Path
 
 import pytest
 
-from speechbatch.providers import RetryableProviderError
-from speechbatch.providers.base import CallNotSent, guarded
-from speechbatch.providers.openai import OpenAIProvider
+from speechbatch.adapters.providers import RetryableProviderError
+from speechbatch.adapters.providers.base import CallNotSent, guarded
+from speechbatch.adapters.providers.openai import OpenAIProvider
 
 AUDIO = b"\xff\xf3\x84\xc4" + b"\x00" * 200
 

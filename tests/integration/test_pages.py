@@ -12,9 +12,9 @@ from flask import Flask
 from flask.testing import FlaskClient
 from werkzeug.test import TestResponse
 
+from speechbatch.adapters.models import Item
+from speechbatch.adapters.repositories import UserRecord
 from speechbatch.app import Services
-from speechbatch.models import Item
-from speechbatch.repositories import UserRecord
 from speechbatch.services import get_job
 from tests.fakes import FakeProvider, permanent
 from tests.helpers import ago, claim, new_admin, new_job, set_items, set_job, view, wait_for

@@ -9,9 +9,9 @@ import pytest
 from flask import Flask
 from flask.testing import FlaskClient
 
+from speechbatch.adapters.models import Item
+from speechbatch.adapters.repositories import UserRecord
 from speechbatch.app import Services
-from speechbatch.models import Item
-from speechbatch.repositories import UserRecord
 from tests.fakes import FakeProvider, permanent
 from tests.helpers import ago, claim, new_job, set_items, set_job, view, wait_for
 from tests.integration.test_pages import csrf_from, sign_in, text_of

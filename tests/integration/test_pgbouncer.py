@@ -20,8 +20,8 @@ import pytest
 from sqlalchemy import text
 from sqlalchemy.engine import make_url
 
-from speechbatch import db
-from speechbatch.uow import SessionUowFactory
+from speechbatch.adapters import db
+from speechbatch.adapters.uow import SessionUowFactory
 
 pytestmark = pytest.mark.parametrize("backend", ["postgresql"])
 

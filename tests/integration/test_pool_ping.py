@@ -19,9 +19,9 @@ from typing import Any
 import pytest
 from sqlalchemy import Engine, text
 
-from speechbatch import db
-from speechbatch.db import make_session_factory
-from speechbatch.uow import SessionUowFactory
+from speechbatch.adapters import db
+from speechbatch.adapters.db import make_session_factory
+from speechbatch.adapters.uow import SessionUowFactory
 
 
 @pytest.fixture

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 from flask import Flask
 
-from speechbatch import accounts
+from speechbatch.services import accounts
 from tests.conftest import services
 from tests.support.server import API_TOKEN_LINE, SIGN_IN_LINE
 

@@ -10,10 +10,10 @@ import pytest
 from sqlalchemy import ScalarResult, text, update
 from sqlalchemy.exc import DBAPIError
 
+from speechbatch.adapters.models import Job
+from speechbatch.adapters.read import ItemsPage, JobPoll
+from speechbatch.adapters.repositories import UserRecord
 from speechbatch.app import Services
-from speechbatch.models import Job
-from speechbatch.read import ItemsPage, JobPoll
-from speechbatch.repositories import UserRecord
 from speechbatch.services import create_admin, create_token, get_user, hash_token
 from tests.helpers import concrete, new_job, statement_reader
 

@@ -8,10 +8,10 @@ import time
 import pytest
 from sqlalchemy import text
 
+from speechbatch.adapters.db import SQLITE_BUSY_TIMEOUT_MS, db_now_plus
+from speechbatch.adapters.models import Item
+from speechbatch.adapters.repositories import StaleJob, UserRecord
 from speechbatch.app import Services
-from speechbatch.db import SQLITE_BUSY_TIMEOUT_MS, db_now_plus
-from speechbatch.models import Item
-from speechbatch.repositories import StaleJob, UserRecord
 from speechbatch.services import get_job, recover_all
 from tests.conftest import with_settings
 from tests.helpers import (

@@ -6,11 +6,11 @@ import pytest
 from sqlalchemy import select, update
 from sqlalchemy.exc import IntegrityError
 
+from speechbatch.adapters.models import Reservation as ReservationRow
+from speechbatch.adapters.models import Run, UsageMonth
+from speechbatch.adapters.repositories import UserRecord
+from speechbatch.adapters.repositories.ledger import Reservation
 from speechbatch.app import Services
-from speechbatch.models import Reservation as ReservationRow
-from speechbatch.models import Run, UsageMonth
-from speechbatch.repositories import UserRecord
-from speechbatch.repositories.spending import Reservation
 from tests.helpers import claim, concrete, new_job
 
 

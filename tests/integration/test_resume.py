@@ -11,14 +11,14 @@ import pytest
 from flask.testing import FlaskClient
 from sqlalchemy import update
 
+from speechbatch.adapters.db import db_now
+from speechbatch.adapters.models import Item, ItemStatus, Run
+from speechbatch.adapters.repositories import UserRecord
+from speechbatch.adapters.repositories.resume import RESUME
 from speechbatch.app import Services
-from speechbatch.db import db_now
-from speechbatch.models import Item, ItemStatus, Run
-from speechbatch.repositories import UserRecord
-from speechbatch.repositories.resume import RESUME
 from speechbatch.runner.loops import MAX_RESUMES_WITHOUT_PROGRESS, resume_interrupted
 from speechbatch.services import get_job, start_generation
-from speechbatch.spending import cancel_generation
+from speechbatch.services.spending import cancel_generation
 from tests.fakes import FakeProvider
 from tests.helpers import claim, concrete, new_job, set_items, view, wait_for
 from tests.integration.test_pages import sign_in

@@ -12,11 +12,11 @@ import pytest
 from flask import Flask
 
 from speechbatch import create_app
+from speechbatch.adapters.providers.openai import OpenAIProvider
+from speechbatch.adapters.repositories import StaleJob, UserRecord
+from speechbatch.adapters.repositories.runs import RunsRepository
 from speechbatch.app import Services
 from speechbatch.config import Settings
-from speechbatch.providers.openai import OpenAIProvider
-from speechbatch.repositories import StaleJob, UserRecord
-from speechbatch.repositories.runs import RunsRepository
 from speechbatch.runner import call as runner_module
 from speechbatch.services import get_job, start_generation
 from tests.conftest import close_services, services, with_settings

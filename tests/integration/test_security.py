@@ -8,8 +8,8 @@ import pytest
 from flask.testing import FlaskClient
 
 from speechbatch import create_app
+from speechbatch.adapters.repositories import UserRecord
 from speechbatch.config import Settings
-from speechbatch.repositories import UserRecord
 from tests.conftest import close_services, services
 from tests.fakes import FakeProvider
 from tests.integration.test_pages import csrf_from, sign_in, text_of

@@ -11,14 +11,14 @@ import pytest
 from sqlalchemy import event, select
 
 from speechbatch import create_app
+from speechbatch.adapters.models import ProviderSlot
+from speechbatch.adapters.repositories import UserRecord
+from speechbatch.adapters.repositories.slots import SlotGrant
 from speechbatch.app import Services
 from speechbatch.config import Settings
-from speechbatch.models import ProviderSlot
-from speechbatch.repositories import UserRecord
-from speechbatch.repositories.slots import SlotGrant
 from speechbatch.runner import gate as gate_module
 from speechbatch.services import create_job, get_job, start_generation
-from speechbatch.spending import cancel_generation
+from speechbatch.services.spending import cancel_generation
 from tests.conftest import close_services, services, with_settings
 from tests.fakes import FakeProvider, rate_limited
 from tests.helpers import LIMITS, claim, concrete, new_job, view, wait_for

@@ -15,13 +15,13 @@ from sqlalchemy import select, update
 from werkzeug.test import TestResponse
 
 from speechbatch import create_app
-from speechbatch.accounts import sign_in
+from speechbatch.adapters.db import ago
+from speechbatch.adapters.models import SignInThrottle
+from speechbatch.adapters.repositories import UserRecord
 from speechbatch.app import Services
 from speechbatch.config import Settings
-from speechbatch.db import ago
 from speechbatch.errors import TooManySignIns
-from speechbatch.models import SignInThrottle
-from speechbatch.repositories import UserRecord
+from speechbatch.services.accounts import sign_in
 from tests.conftest import close_services, services, with_settings
 from tests.fakes import FakeProvider
 from tests.helpers import concrete
@@ -108,7 +108,7 @@ def test_throttle_ends_with_the_window(
 def test_sign_ins_are_logged_without_the_password(
     client: FlaskClient, admin: UserRecord, caplog: pytest.LogCaptureFixture
 ) -> None:
-    caplog.set_level(logging.INFO, logger="speechbatch.accounts")
+    caplog.set_level(logging.INFO, logger="speechbatch.services.accounts")
     attempt(client, "secret-guess-1")
     attempt(client, PASSWORD)
     logged = caplog.text

@@ -12,16 +12,16 @@ from typing import Any
 import pytest
 from sqlalchemy import func, select, text
 
+from speechbatch.adapters.db import ago as db_ago
+from speechbatch.adapters.db import make_engine, make_session_factory
+from speechbatch.adapters.models import ProviderSlot
+from speechbatch.adapters.repositories import UserRecord
+from speechbatch.adapters.repositories.slots import SlotGrant
+from speechbatch.adapters.uow import SessionUowFactory
 from speechbatch.app import Services
-from speechbatch.db import ago as db_ago
-from speechbatch.db import make_engine, make_session_factory
-from speechbatch.models import ProviderSlot
-from speechbatch.repositories import UserRecord
-from speechbatch.repositories.slots import SlotGrant
 from speechbatch.runner import gate as gate_module
 from speechbatch.runner.gate import POLL_SECONDS, ProviderGate
 from speechbatch.runner.transactions import Transactions
-from speechbatch.uow import SessionUowFactory
 from tests.helpers import claim, concrete, new_job, set_worker, wait_for
 
 DEAD = 30.0

@@ -12,15 +12,15 @@ import pytest
 from flask.testing import FlaskClient
 from sqlalchemy import select
 
-from speechbatch import create_app, spending
+from speechbatch import create_app
+from speechbatch.adapters.models import Item
+from speechbatch.adapters.repositories import UserRecord
+from speechbatch.adapters.repositories.ledger import Reservation, SpendingRepository
 from speechbatch.app import Services
 from speechbatch.errors import BudgetExceeded
-from speechbatch.models import Item
-from speechbatch.repositories import UserRecord
-from speechbatch.repositories.spending import Reservation, SpendingRepository
 from speechbatch.runner import audio_key as runner_audio_key
-from speechbatch.services import create_job, start_generation
-from speechbatch.spending import cancel_generation
+from speechbatch.services import create_job, spending, start_generation
+from speechbatch.services.spending import cancel_generation
 from tests.conftest import close_services, services
 from tests.fakes import FakeProvider, retryable
 from tests.helpers import LIMITS, concrete, new_admin, new_job, statuses, view, wait_for

@@ -9,11 +9,10 @@ import pytest
 from flask.testing import FlaskClient
 from prometheus_client import REGISTRY
 
-from speechbatch import spending
+from speechbatch.adapters.repositories import UserRecord
 from speechbatch.app import Services
-from speechbatch.repositories import UserRecord
-from speechbatch.services import start_generation
-from speechbatch.spending import cancel_generation
+from speechbatch.services import spending, start_generation
+from speechbatch.services.spending import cancel_generation
 from tests.helpers import new_job, wait_for
 from tests.integration.test_spending import GatedProvider, finished, job_of, run
 
@@ -51,7 +50,7 @@ def test_a_budget_refusal_at_the_claim_is_counted_and_logged(
     spending.set_budget(svc.uow_factory, "acme", 3)
     job_id = new_job(svc, admin, 1)
     refusals = sample("speechbatch_budget_refusals_total", where="claim")
-    with caplog.at_level(logging.WARNING, logger="speechbatch.spending"):
+    with caplog.at_level(logging.WARNING, logger="speechbatch.services.spending"):
         response = client.post(f"/api/jobs/{job_id}/generate", headers=auth)
     assert response.status_code == 409
     assert response.get_json()["error"]["code"] == "budget_exceeded"
@@ -81,7 +80,7 @@ def test_a_cancel_is_counted_and_logged_with_who_cancelled(
     start_generation(svc.uow_factory, svc.settings, svc.runner, admin, job_id)
     wait_for(lambda: provider.in_flight == 1)
     cancels = sample("speechbatch_cancels_total")
-    with caplog.at_level(logging.WARNING, logger="speechbatch.spending"):
+    with caplog.at_level(logging.WARNING, logger="speechbatch.services.spending"):
         cancel_generation(svc.uow_factory, svc.runner, admin, job_id)
     provider.release.set()
     finished(svc, admin, job_id)

@@ -19,9 +19,9 @@ from typing import Any
 import pytest
 from sqlalchemy import Engine, text
 
-from speechbatch import db
+from speechbatch.adapters import db
+from speechbatch.adapters.uow import Reader, Writer
 from speechbatch.errors import DatabaseUnavailable
-from speechbatch.uow import Reader, Writer
 
 pytestmark = pytest.mark.parametrize("backend", ["sqlite"])
 

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from speechbatch.storage import LocalStorage
+from speechbatch.adapters.storage import LocalStorage
 
 
 def _fd_path(fd: int) -> str:

@@ -10,12 +10,12 @@ from flask import Flask
 from flask.testing import FlaskClient
 from sqlalchemy import select, update
 
-from speechbatch.accounts import create_token, hash_token
+from speechbatch.adapters.db import ago
+from speechbatch.adapters.models import ApiToken
+from speechbatch.adapters.repositories import UserRecord
 from speechbatch.app import Services
-from speechbatch.db import ago
-from speechbatch.models import ApiToken
-from speechbatch.repositories import UserRecord
 from speechbatch.services import create_admin
+from speechbatch.services.accounts import create_token, hash_token
 from tests.helpers import concrete
 from tests.integration.test_pages import csrf_from, sign_in, text_of
 

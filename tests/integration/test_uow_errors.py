@@ -9,9 +9,9 @@ import pytest
 from sqlalchemy import exc as sa_exc
 from sqlalchemy import text
 
-from speechbatch import db
+from speechbatch.adapters import db
+from speechbatch.adapters.uow import SessionUowFactory
 from speechbatch.errors import AlreadyExists, DatabaseUnavailable
-from speechbatch.uow import SessionUowFactory
 
 INSERT_ORGANIZATION = text("INSERT INTO organizations (slug) VALUES (:slug)")
 

@@ -116,7 +116,7 @@ def drop_pg_database(url: str) -> None:
         conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
 
 
-SQLITE_FILE = "speechbatch.db"
+SQLITE_FILE = "speechbatch.adapters.db"
 
 
 def sqlite_url(directory: Path) -> str:

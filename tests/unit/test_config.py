@@ -23,7 +23,9 @@ def test_defaults(tmp_path: Path) -> None:
     assert s.lease_seconds == 1800 and s.worker_dead_seconds == 60
     assert s.item_concurrency == 4 and s.tts_max_attempts == 4 and s.tts_timeout_seconds == 60
     assert s.tts_voices == OPENAI_VOICES
-    assert s.database_url.startswith("sqlite:///") and s.database_url.endswith("speechbatch.db")
+    assert s.database_url.startswith("sqlite:///") and s.database_url.endswith(
+        "speechbatch.adapters.db"
+    )
     assert s.tts_model == "gpt-4o-mini-tts"
     assert s.provider_concurrency == 8 and s.provider_rpm == 0
     assert s.trusted_proxies == 0 and s.metrics_token is None

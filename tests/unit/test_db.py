@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from speechbatch.db import const, make_engine
+from speechbatch.adapters.db import const, make_engine
 from speechbatch.errors import ConfigError
 
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from speechbatch.read import DocumentCache
+from speechbatch.adapters.read import DocumentCache
 
 
 def test_a_newer_version_replaces_the_kept_one_and_an_older_one_does_not() -> None:

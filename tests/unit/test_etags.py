@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from speechbatch.read import ListStamp, lease_variant, seen_version
+from speechbatch.adapters.read import ListStamp, lease_variant, seen_version
 
 
 def test_a_list_etag_names_the_jobs_shown_not_their_arithmetic() -> None:

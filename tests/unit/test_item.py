@@ -10,11 +10,11 @@ from typing import Any, TypeVar, cast
 
 import pytest
 
+from speechbatch.adapters.repositories.items import FinishedItem, StartedItem
+from speechbatch.adapters.repositories.ledger import Reservation, Usage
+from speechbatch.adapters.repositories.slots import SlotGrant
 from speechbatch.config import Settings
 from speechbatch.errors import Fenced
-from speechbatch.repositories.items import FinishedItem, StartedItem
-from speechbatch.repositories.slots import SlotGrant
-from speechbatch.repositories.spending import Reservation, Usage
 from speechbatch.runner.gate import ProviderGate
 from speechbatch.runner.item import Items, Run, Started
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
-from speechbatch import passwords
+from speechbatch.adapters import passwords
 
 PACKAGE = Path(__file__).resolve().parents[2] / "src" / "speechbatch"
 

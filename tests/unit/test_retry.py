@@ -7,7 +7,7 @@ from collections.abc import Callable
 import pytest
 import requests
 
-from speechbatch.providers import (
+from speechbatch.adapters.providers import (
     PermanentProviderError,
     ProviderError,
     RetryableProviderError,

@@ -8,12 +8,12 @@ from typing import Any
 import pytest
 
 from speechbatch import services
+from speechbatch.adapters.read import ListStamp
+from speechbatch.adapters.repositories import StaleJob, UserRecord
+from speechbatch.adapters.uow import ReadScope
 from speechbatch.config import Settings
 from speechbatch.errors import AlreadyGenerating, NotFound, NothingToGenerate, ValidationError
-from speechbatch.read import ListStamp
-from speechbatch.repositories import StaleJob, UserRecord
 from speechbatch.services import Limits
-from speechbatch.uow import ReadScope
 from tests.fakes import FakeRepository, FakeRunner, FakeUnitOfWork, FakeUowFactory
 
 USER = UserRecord(id=1, organization_id=10, email="a@b.c")

@@ -6,8 +6,9 @@ from datetime import UTC, datetime
 
 import pytest
 
-from speechbatch import accounts, passwords
-from speechbatch.repositories import AttemptCount
+from speechbatch.adapters import passwords
+from speechbatch.adapters.repositories import AttemptCount
+from speechbatch.services import accounts
 from tests.fakes import FakeRepository, FakeUnitOfWork, FakeUowFactory
 
 EMAIL = "admin@acme.test"

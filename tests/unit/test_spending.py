@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 from speechbatch.config import Settings
-from speechbatch.fingerprints import audio_fingerprint
-from speechbatch.spending import plan_calls, price
-from speechbatch.web.spending import estimate_line, money
+from speechbatch.domain.fingerprints import audio_fingerprint
+from speechbatch.services.spending import plan_calls, price
+from speechbatch.web.usage import estimate_line, money
 
 
 def fp(org: int = 1, voice: str = "alloy", text: str = "hi", model: str = "m") -> str:

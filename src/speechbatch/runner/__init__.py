@@ -9,8 +9,13 @@
 
 from __future__ import annotations
 
-from .item import FRESH_FENCE_FRACTION, audio_key
-from .lifecycle import Runner, drain_all, start_background_all, stop_starting_items
+from speechbatch.runner.item import FRESH_FENCE_FRACTION, audio_key
+from speechbatch.runner.lifecycle import (
+    Runner,
+    drain_all,
+    start_background_all,
+    stop_starting_items,
+)
 
 __all__ = [
     "FRESH_FENCE_FRACTION",

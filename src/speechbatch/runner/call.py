@@ -15,19 +15,19 @@ from __future__ import annotations
 
 import logging
 
-from .. import metrics
-from ..errors import BudgetExceeded, Fenced
-from ..providers.base import (
+from speechbatch.adapters import metrics
+from speechbatch.adapters.providers.base import (
     CallNotSent,
     ProviderError,
     RetryableProviderError,
     TTSProvider,
     guarded,
 )
-from ..providers.retry import synthesize_with_retries
-from ..uow import Writer
-from .gate import CallNotStarted, Waiting
-from .item import Items, NoSlot, Run, Started
+from speechbatch.adapters.providers.retry import synthesize_with_retries
+from speechbatch.adapters.uow import Writer
+from speechbatch.errors import BudgetExceeded, Fenced
+from speechbatch.runner.gate import CallNotStarted, Waiting
+from speechbatch.runner.item import Items, NoSlot, Run, Started
 
 log = logging.getLogger(__name__)
 

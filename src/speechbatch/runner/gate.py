@@ -27,8 +27,9 @@ from collections import defaultdict
 from collections.abc import Callable
 from typing import Protocol, TypeVar
 
-from ..config import Settings
-from ..repositories.slots import SLOT_CHANNEL, SlotGrant, SlotRepository
+from speechbatch.adapters.notifications import listen
+from speechbatch.adapters.repositories.slots import SLOT_CHANNEL, SlotGrant, SlotRepository
+from speechbatch.config import Settings
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -178,21 +179,17 @@ class ProviderGate:
             self._listener.start()
 
     def _listen(self) -> None:
-        """PostgreSQL: wake this process's waiters at every committed release."""
-        import psycopg  # only PostgreSQL deployments listen
-
+        """PostgreSQL: wake this process's waiters at every committed release (a release
+        may have come while not listening: wake them then too)."""
         assert self._listen_dsn is not None
-        while not self._closed.is_set():
-            try:
-                with psycopg.connect(self._listen_dsn, autocommit=True) as conn:
-                    conn.execute(f"LISTEN {SLOT_CHANNEL}")
-                    self.released()  # a release may have come while not listening
-                    while not self._closed.is_set():
-                        for note in conn.notifies(timeout=LISTEN_WAIT_SECONDS):
-                            self.released(int(note.payload) if note.payload else None)
-            except Exception:
-                log.warning("slot listener lost its connection; polling meanwhile", exc_info=True)
-                self._closed.wait(1.0)
+        listen(
+            self._listen_dsn,
+            SLOT_CHANNEL,
+            on_notify=lambda payload: self.released(int(payload) if payload else None),
+            on_listening=self.released,
+            closed=self._closed,
+            wait_seconds=LISTEN_WAIT_SECONDS,
+        )
 
     # The pace.
 

@@ -12,7 +12,7 @@ import os
 import socket
 import threading
 
-from ..uow import SessionUowFactory
+from speechbatch.adapters.uow import SessionUowFactory
 
 log = logging.getLogger(__name__)
 

@@ -25,17 +25,17 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TypeVar
 
-from .. import metrics
-from ..config import Settings
-from ..errors import BudgetExceeded, DatabaseUnavailable, Fenced
-from ..providers.base import TTSProvider
-from ..repositories.items import FinishedItem
-from ..repositories.slots import SlotGrant
-from ..repositories.spending import Reservation
-from ..storage import LocalStorage
-from ..uow import Writer
-from .gate import ProviderGate, Waiting
-from .transactions import Transactions
+from speechbatch.adapters import metrics
+from speechbatch.adapters.providers.base import TTSProvider
+from speechbatch.adapters.repositories.items import FinishedItem
+from speechbatch.adapters.repositories.ledger import Reservation
+from speechbatch.adapters.repositories.slots import SlotGrant
+from speechbatch.adapters.storage import LocalStorage
+from speechbatch.adapters.uow import Writer
+from speechbatch.config import Settings
+from speechbatch.errors import BudgetExceeded, DatabaseUnavailable, Fenced
+from speechbatch.runner.gate import ProviderGate, Waiting
+from speechbatch.runner.transactions import Transactions
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")

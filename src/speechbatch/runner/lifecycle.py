@@ -19,20 +19,20 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TypeVar
 
-from .. import metrics
-from ..config import Settings
-from ..errors import Fenced
-from ..fingerprints import fingerprinter
-from ..providers.base import TTSProvider
-from ..repositories.slots import SlotRepository
-from ..storage import LocalStorage
-from ..uow import SessionUowFactory
-from .call import Calls
-from .gate import ProviderGate
-from .heartbeat import WorkerIdentity
-from .item import Items, Run
-from .loops import BackgroundLoop
-from .transactions import Transactions
+from speechbatch.adapters import metrics
+from speechbatch.adapters.providers.base import TTSProvider
+from speechbatch.adapters.repositories.slots import SlotRepository
+from speechbatch.adapters.storage import LocalStorage
+from speechbatch.adapters.uow import SessionUowFactory
+from speechbatch.config import Settings
+from speechbatch.domain.fingerprints import fingerprinter
+from speechbatch.errors import Fenced
+from speechbatch.runner.call import Calls
+from speechbatch.runner.gate import ProviderGate
+from speechbatch.runner.heartbeat import WorkerIdentity
+from speechbatch.runner.item import Items, Run
+from speechbatch.runner.loops import BackgroundLoop
+from speechbatch.runner.transactions import Transactions
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")

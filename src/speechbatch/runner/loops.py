@@ -16,9 +16,9 @@ import threading
 from collections.abc import Callable
 from typing import Protocol
 
-from .. import metrics
-from ..repositories.resume import RESUME
-from ..uow import UowFactory
+from speechbatch.adapters import metrics
+from speechbatch.adapters.repositories.resume import RESUME
+from speechbatch.adapters.uow import UowFactory
 
 log = logging.getLogger(__name__)
 

@@ -7,8 +7,8 @@ import time
 from collections.abc import Callable
 from typing import TypeVar
 
-from ..errors import DatabaseUnavailable
-from ..uow import SessionUowFactory, Writer
+from speechbatch.adapters.uow import SessionUowFactory, Writer
+from speechbatch.errors import DatabaseUnavailable
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")

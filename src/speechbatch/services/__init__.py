@@ -4,11 +4,11 @@ Entry points (web, CLI) and scripts call the verbs named here; each lives in the
 its concept (``jobs``, ``generation``, ``polls``, ``reads``, ``recovery``, ``users``).
 """
 
-from ..accounts import authenticate_token, create_token, hash_token
-from ..repositories import UserRecord
-from ..uow import ReadScope
-from .generation import RunStarter, start_generation
-from .jobs import (
+from speechbatch.adapters.repositories import UserRecord
+from speechbatch.adapters.uow import ReadScope
+from speechbatch.services.accounts import authenticate_token, create_token, hash_token
+from speechbatch.services.generation import RunStarter, start_generation
+from speechbatch.services.jobs import (
     MAX_ITEMS,
     MAX_TITLE,
     Limits,
@@ -18,7 +18,7 @@ from .jobs import (
     texts_of,
     validate_job,
 )
-from .polls import (
+from speechbatch.services.polls import (
     AUTHENTICATION_REQUIRED,
     Bearer,
     Conditional,
@@ -28,7 +28,7 @@ from .polls import (
     read_job_items,
     read_jobs,
 )
-from .reads import (
+from speechbatch.services.reads import (
     database_is_up,
     get_items_page,
     get_job,
@@ -37,8 +37,8 @@ from .reads import (
     list_jobs,
     open_reads,
 )
-from .recovery import recover_all, recover_stale
-from .users import create_admin, get_user, reset_password
+from speechbatch.services.recovery import recover_all, recover_stale
+from speechbatch.services.users import create_admin, get_user, reset_password
 
 __all__ = [
     "AUTHENTICATION_REQUIRED",

@@ -6,19 +6,19 @@ import json
 import logging
 from typing import Any, Protocol
 
-from .. import metrics
-from ..config import Settings
-from ..errors import (
+from speechbatch.adapters import metrics
+from speechbatch.adapters.providers.base import TTSProvider
+from speechbatch.adapters.repositories import UserRecord
+from speechbatch.adapters.uow import UowFactory, WriteUnit
+from speechbatch.config import Settings
+from speechbatch.errors import (
     AlreadyGenerating,
     NotFound,
     NothingToGenerate,
 )
-from ..providers.base import TTSProvider
-from ..repositories import UserRecord
-from ..spending import check_budget
-from ..uow import UowFactory, WriteUnit
-from .polls import _job_document
-from .recovery import recover_stale
+from speechbatch.services.polls import _job_document
+from speechbatch.services.recovery import recover_stale
+from speechbatch.services.spending import check_budget
 
 log = logging.getLogger(__name__)
 

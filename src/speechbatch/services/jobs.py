@@ -7,11 +7,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from ..errors import (
+from speechbatch.adapters.repositories import UserRecord
+from speechbatch.adapters.uow import UowFactory
+from speechbatch.errors import (
     ValidationError,
 )
-from ..repositories import UserRecord
-from ..uow import UowFactory
 
 log = logging.getLogger(__name__)
 

@@ -9,18 +9,8 @@ from dataclasses import dataclass, replace
 from datetime import timedelta
 from typing import Any
 
-from ..accounts import (
-    hash_token,
-    note_token_use,
-)
-from ..config import Settings
-from ..errors import (
-    NotFound,
-    Unauthorized,
-    ValidationError,
-)
-from ..models import JobStatus
-from ..read import (
+from speechbatch.adapters.models import JobStatus
+from speechbatch.adapters.read import (
     ITEM_STATUSES,
     JOB_STATUSES,
     DocumentCache,
@@ -31,10 +21,20 @@ from ..read import (
     lease_variant,
     seen_version,
 )
-from ..read.documents import Document
-from ..repositories import UserRecord
-from ..uow import ReadScope, UowFactory
-from .recovery import recover_stale
+from speechbatch.adapters.read.documents import Document
+from speechbatch.adapters.repositories import UserRecord
+from speechbatch.adapters.uow import ReadScope, UowFactory
+from speechbatch.config import Settings
+from speechbatch.errors import (
+    NotFound,
+    Unauthorized,
+    ValidationError,
+)
+from speechbatch.services.accounts import (
+    hash_token,
+    note_token_use,
+)
+from speechbatch.services.recovery import recover_stale
 
 log = logging.getLogger(__name__)
 

@@ -7,11 +7,11 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import BinaryIO, Protocol
 
-from ..config import Settings
-from ..providers.base import TTSProvider
-from ..read import DocumentCache
-from ..uow import UowFactory
-from .jobs import Limits
+from speechbatch.adapters.providers.base import TTSProvider
+from speechbatch.adapters.read import DocumentCache
+from speechbatch.adapters.uow import UowFactory
+from speechbatch.config import Settings
+from speechbatch.services.jobs import Limits
 
 
 class RunControl(Protocol):

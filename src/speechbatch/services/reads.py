@@ -6,14 +6,20 @@ import json
 import logging
 from typing import Any
 
-from ..config import Settings
-from ..errors import (
+from speechbatch.adapters.read import DocumentCache
+from speechbatch.adapters.repositories import UserRecord
+from speechbatch.adapters.uow import ReadScope, UowFactory
+from speechbatch.config import Settings
+from speechbatch.errors import (
     NotFound,
 )
-from ..read import DocumentCache
-from ..repositories import UserRecord
-from ..uow import ReadScope, UowFactory
-from .polls import DEFAULT_ITEMS_PAGE, Conditional, read_job, read_job_items, read_jobs
+from speechbatch.services.polls import (
+    DEFAULT_ITEMS_PAGE,
+    Conditional,
+    read_job,
+    read_job_items,
+    read_jobs,
+)
 
 log = logging.getLogger(__name__)
 

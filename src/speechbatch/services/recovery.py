@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import logging
 
-from .. import metrics
-from ..config import Settings
-from ..errors import DatabaseUnavailable
-from ..repositories.recovery import StaleJob
-from ..uow import UowFactory
+from speechbatch.adapters import metrics
+from speechbatch.adapters.repositories.recovery import StaleJob
+from speechbatch.adapters.uow import UowFactory
+from speechbatch.config import Settings
+from speechbatch.errors import DatabaseUnavailable
 
 log = logging.getLogger(__name__)
 

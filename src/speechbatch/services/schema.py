@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from ..migrate import upgrade
+from speechbatch.adapters.migrate import upgrade
 
 
 def upgrade_database(database_url: str) -> None:

@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import logging
 
-from ..errors import (
+from speechbatch.adapters.passwords import hash_password
+from speechbatch.adapters.repositories import UserRecord
+from speechbatch.adapters.uow import ReadScope, UowFactory
+from speechbatch.errors import (
     NotFound,
     ValidationError,
 )
-from ..passwords import hash_password
-from ..repositories import UserRecord
-from ..uow import ReadScope, UowFactory
 
 log = logging.getLogger(__name__)
 

@@ -8,7 +8,7 @@ from flask_wtf.csrf import CSRFProtect
 
 def register_web(app: Flask, csrf: CSRFProtect, *, production: bool) -> None:
     """Register every blueprint, the request context, error handlers and headers."""
-    from . import (
+    from speechbatch.web import (
         api,
         context,
         errors,
@@ -17,8 +17,8 @@ def register_web(app: Flask, csrf: CSRFProtect, *, production: bool) -> None:
         openapi,
         pages,
         security,
-        spending,
         tokens_api,
+        usage,
     )
 
     app.register_blueprint(api.bp)
@@ -26,8 +26,8 @@ def register_web(app: Flask, csrf: CSRFProtect, *, production: bool) -> None:
     app.register_blueprint(pages.bp)
     app.register_blueprint(exports_api.bp)
     csrf.exempt(exports_api.create_export)  # require_user checks X-CSRFToken on session writes
-    app.register_blueprint(spending.bp)
-    csrf.exempt(spending.cancel)  # require_user checks X-CSRFToken on session writes
+    app.register_blueprint(usage.bp)
+    csrf.exempt(usage.cancel)  # require_user checks X-CSRFToken on session writes
     app.register_blueprint(tokens_api.bp)
     csrf.exempt(tokens_api.bp)  # require_user checks X-CSRFToken on session writes
     app.register_blueprint(openapi.bp)

@@ -9,11 +9,11 @@ from flask import Blueprint, Response, g, jsonify, request, send_file
 from flask_wtf.csrf import ValidationError as CSRFValidationError
 from flask_wtf.csrf import validate_csrf
 
-from .. import services as svc
-from ..errors import BadRequest, NotFound, Unauthorized, ValidationError
-from ..services import UserRecord
-from .context import bearer_token, bearer_user, reads, services, session_user
-from .errors import error_response
+from speechbatch import services as svc
+from speechbatch.errors import BadRequest, NotFound, Unauthorized, ValidationError
+from speechbatch.services import UserRecord
+from speechbatch.web.context import bearer_token, bearer_user, reads, services, session_user
+from speechbatch.web.errors import error_response
 
 bp = Blueprint("api", __name__)
 P = ParamSpec("P")

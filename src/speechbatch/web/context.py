@@ -6,8 +6,8 @@ import logging
 
 from flask import Flask, current_app, g, request, session
 
-from ..services import ReadScope, UserRecord, authenticate_token, get_user, open_reads
-from ..services.ports import AppServices
+from speechbatch.services import ReadScope, UserRecord, authenticate_token, get_user, open_reads
+from speechbatch.services.ports import AppServices
 
 log = logging.getLogger(__name__)
 

@@ -14,10 +14,10 @@ from flask import (
     request,
 )
 from flask_wtf.csrf import CSRFError
-from sqlalchemy.exc import OperationalError
 from werkzeug.exceptions import HTTPException, MethodNotAllowed
 
-from ..errors import SpeechbatchError
+from speechbatch.errors import SpeechbatchError
+from speechbatch.services.observability import DRIVER_ERRORS, database_error
 
 log = logging.getLogger(__name__)
 
@@ -97,14 +97,14 @@ def register(app: Flask) -> None:
             return response
         return answer
 
-    @app.errorhandler(OperationalError)
-    def database_unavailable(exc: OperationalError) -> tuple[Response | str, int]:
-        # The database is down or restarting: say so honestly, the client may retry.
-        log.error("database unavailable on %s %s: %s", request.method, request.path, exc.orig)
-        message = "the database is unavailable; try again shortly"
-        if wants_json():
-            return error_response(503, "unavailable", message)
-        return _page(503, message)
+    def driver_error(exc: Exception) -> tuple[Response | str, int]:
+        # A read outside a unit of work's block met the database down or restarting:
+        # answered as the unit of work would have translated it (503: the client may retry).
+        log.error("database error on %s %s: %s", request.method, request.path, exc)
+        return domain_error(database_error(exc))  # type: ignore[arg-type]
+
+    for error_class in DRIVER_ERRORS:
+        app.register_error_handler(error_class, driver_error)
 
     @app.errorhandler(Exception)
     def unexpected(exc: Exception) -> tuple[Response | str, int]:

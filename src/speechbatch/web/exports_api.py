@@ -20,10 +20,10 @@ from flask import (
 )
 from werkzeug.wrappers import Response
 
-from .. import exports as svc
-from ..errors import ExportInProgress, NotFound
-from .api import current, require_user
-from .context import services, session_user
+from speechbatch.errors import ExportInProgress, NotFound
+from speechbatch.services import exports as svc
+from speechbatch.web.api import current, require_user
+from speechbatch.web.context import services, session_user
 
 bp = Blueprint("exports", __name__)
 

@@ -5,10 +5,9 @@ from __future__ import annotations
 import hmac
 
 from flask import Blueprint, Response, request
-from prometheus_client import CONTENT_TYPE_LATEST
 
-from .. import metrics
-from .context import services
+from speechbatch.services.observability import metrics_exposition
+from speechbatch.web.context import services
 
 bp = Blueprint("metrics", __name__)
 
@@ -24,9 +23,8 @@ def metrics_endpoint() -> Response:
             content_type="text/plain; charset=utf-8",
             headers={"WWW-Authenticate": 'Bearer realm="metrics"'},
         )
-    # CONTENT_TYPE_LATEST carries its charset already: as a mimetype, Flask would add a
-    # second one, which Prometheus 2 logs as an error and Prometheus 3 refuses.
-    return Response(metrics.exposition(), content_type=CONTENT_TYPE_LATEST)
+    body, content_type = metrics_exposition()
+    return Response(body, content_type=content_type)  # content_type=, not mimetype=: one charset
 
 
 def _bears(token: str) -> bool:

@@ -11,10 +11,10 @@ from typing import Any
 
 from flask import Blueprint, Response, jsonify
 
-from ..accounts import MAX_TOKEN_NAME
-from ..domain.statuses import ExportStatus, ItemStatus, JobStatus, RunOutcome, values
-from ..services import MAX_ITEMS, MAX_TITLE, Limits
-from .context import services
+from speechbatch.domain.statuses import ExportStatus, ItemStatus, JobStatus, RunOutcome, values
+from speechbatch.services import MAX_ITEMS, MAX_TITLE, Limits
+from speechbatch.services.accounts import MAX_TOKEN_NAME
+from speechbatch.web.context import services
 
 bp = Blueprint("openapi", __name__)
 

@@ -23,13 +23,12 @@ from flask import (
 from werkzeug.datastructures import FileStorage
 from werkzeug.wrappers import Response
 
-from .. import accounts
-from .. import services as svc
-from ..domain.statuses import ItemStatus, JobStatus
-from ..errors import Conflict, NotFound, TooManySignIns, ValidationError
-from ..services import UserRecord
-from .context import reads, services, session_user
-from .presenters import actions, format_when, percent, recovery_notice
+from speechbatch import services as svc
+from speechbatch.domain.statuses import ItemStatus, JobStatus
+from speechbatch.errors import Conflict, NotFound, TooManySignIns, ValidationError
+from speechbatch.services import UserRecord, accounts
+from speechbatch.web.context import reads, services, session_user
+from speechbatch.web.presenters import actions, format_when, percent, recovery_notice
 
 bp = Blueprint("pages", __name__)
 bp.add_app_template_filter(format_when, "when")
@@ -263,7 +262,7 @@ def job(job_id: int) -> PageResponse:
         per_page=ITEMS_PER_PAGE,
         status=status,
     )
-    from .spending import job_estimates
+    from speechbatch.web.usage import job_estimates
 
     return render_template(
         "job.html",

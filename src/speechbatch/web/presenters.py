@@ -6,7 +6,7 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from typing import Any
 
-from ..domain.statuses import JobStatus, RunOutcome
+from speechbatch.domain.statuses import JobStatus, RunOutcome
 
 
 def format_when(value: str | None) -> str:

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from flask import Blueprint, Response, jsonify
 
-from .. import accounts
-from .api import current, json_body, require_user
-from .context import reads, services
+from speechbatch.services import accounts
+from speechbatch.web.api import current, json_body, require_user
+from speechbatch.web.context import reads, services
 
 bp = Blueprint("tokens_api", __name__)
 

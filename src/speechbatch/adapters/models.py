@@ -1,0 +1,294 @@
+"""The schema, as typed SQLAlchemy models. Migrations in ``migrations/`` must match it."""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+from sqlalchemy import (
+    BigInteger,
+    Boolean,
+    CheckConstraint,
+    ForeignKey,
+    Index,
+    Integer,
+    String,
+    Text,
+    UniqueConstraint,
+    false,
+    text,
+)
+from sqlalchemy.orm import Mapped, mapped_column
+
+from speechbatch.adapters.db import Base, UTCDateTime, db_now
+from speechbatch.domain.statuses import ExportStatus, ItemStatus, JobStatus, RunOutcome
+
+__all__ = ["ExportStatus", "ItemStatus", "JobStatus", "RunOutcome"]
+
+# BIGINT on PostgreSQL, but INTEGER on SQLite so the column stays the rowid alias.
+Id = BigInteger().with_variant(Integer(), "sqlite")
+
+
+class Organization(Base):
+    __tablename__ = "organizations"
+
+    id: Mapped[int] = mapped_column(Id, primary_key=True)
+    slug: Mapped[str] = mapped_column(String(100), unique=True)
+    # Monthly budget of billed characters; None means no limit.
+    budget_characters: Mapped[int | None] = mapped_column(BigInteger)
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime(), server_default=db_now())
+
+
+class User(Base):
+    __tablename__ = "users"
+
+    id: Mapped[int] = mapped_column(Id, primary_key=True)
+    organization_id: Mapped[int] = mapped_column(Id, ForeignKey("organizations.id"), index=True)
+    email: Mapped[str] = mapped_column(String(320), unique=True)
+    password_hash: Mapped[str] = mapped_column(String(300))
+    is_admin: Mapped[bool] = mapped_column(default=True)
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime(), server_default=db_now())
+
+
+class ApiToken(Base):
+    __tablename__ = "api_tokens"
+
+    id: Mapped[int] = mapped_column(Id, primary_key=True)
+    user_id: Mapped[int] = mapped_column(Id, ForeignKey("users.id"), index=True)
+    # Only the SHA-256 of the token is stored; the token itself is shown once.
+    token_hash: Mapped[str] = mapped_column(String(64), unique=True)
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime(), server_default=db_now())
+    name: Mapped[str] = mapped_column(String(100), server_default="")
+    # The token's first characters, so a person can tell their tokens apart.
+    prefix: Mapped[str] = mapped_column(String(16), server_default="")
+    # Written at most once a minute, not on every request.
+    last_used_at: Mapped[datetime | None] = mapped_column(UTCDateTime())
+    revoked_at: Mapped[datetime | None] = mapped_column(UTCDateTime())
+
+
+class SignInThrottle(Base):
+    """Sign-in attempts of one email from one client address in the current window."""
+
+    __tablename__ = "sign_in_throttles"
+    __table_args__ = (
+        UniqueConstraint("email", "client_address", name="uq_sign_in_throttles_email_address"),
+    )
+
+    id: Mapped[int] = mapped_column(Id, primary_key=True)
+    email: Mapped[str] = mapped_column(String(320))
+    client_address: Mapped[str] = mapped_column(String(64))
+    window_started_at: Mapped[datetime] = mapped_column(UTCDateTime())
+    attempts: Mapped[int] = mapped_column(Integer)
+
+
+class Worker(Base):
+    """One row per process start: a respawned process is a new worker."""
+
+    __tablename__ = "workers"
+
+    id: Mapped[int] = mapped_column(Id, primary_key=True)
+    hostname: Mapped[str] = mapped_column(String(255))
+    pid: Mapped[int] = mapped_column(Integer)
+    started_at: Mapped[datetime] = mapped_column(UTCDateTime(), server_default=db_now())
+    heartbeat_at: Mapped[datetime] = mapped_column(UTCDateTime(), server_default=db_now())
+    stopped_at: Mapped[datetime | None] = mapped_column(UTCDateTime())
+
+
+class Job(Base):
+    __tablename__ = "jobs"
+    __table_args__ = (
+        Index("ix_jobs_organization_id_id", "organization_id", "id"),
+        # Recovery scans only live jobs.
+        Index("ix_jobs_status", "status"),
+    )
+
+    id: Mapped[int] = mapped_column(Id, primary_key=True)
+    organization_id: Mapped[int] = mapped_column(Id, ForeignKey("organizations.id"))
+    created_by_id: Mapped[int | None] = mapped_column(Id, ForeignKey("users.id"))
+    title: Mapped[str] = mapped_column(String(200))
+    voice: Mapped[str] = mapped_column(String(100))
+    status: Mapped[str] = mapped_column(String(20), default=JobStatus.PENDING)
+    attempt: Mapped[int] = mapped_column(Integer, default=0)
+    error_message: Mapped[str | None] = mapped_column(Text)
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime(), server_default=db_now())
+    updated_at: Mapped[datetime] = mapped_column(UTCDateTime(), server_default=db_now())
+    started_at: Mapped[datetime | None] = mapped_column(UTCDateTime())
+    finished_at: Mapped[datetime | None] = mapped_column(UTCDateTime())
+    # Progress counters, kept by the same fenced statements that move the items, so
+    # that summaries never count items. Their sum is the number of items.
+    items_pending: Mapped[int] = mapped_column(Integer, server_default="0")
+    items_generating: Mapped[int] = mapped_column(Integer, server_default="0")
+    items_done: Mapped[int] = mapped_column(Integer, server_default="0")
+    items_error: Mapped[int] = mapped_column(Integer, server_default="0")
+    # Bumped by every write that changes what the job's API answers show: the ETag.
+    version: Mapped[int] = mapped_column(Integer, server_default="0")
+
+
+class Item(Base):
+    __tablename__ = "items"
+    __table_args__ = (
+        UniqueConstraint("job_id", "position", name="uq_items_job_id_position"),
+        # Progress counts per job are an index-only scan.
+        Index("ix_items_job_id_status", "job_id", "status"),
+        # The newest progress signal of a job is one index probe, however many items.
+        Index("ix_items_job_id_updated_at", "job_id", "updated_at"),
+        # Orphan items (GENERATING after their job ended) are found without scanning
+        # every item of an organization.
+        Index(
+            "ix_items_generating",
+            "job_id",
+            postgresql_where=text("status = 'GENERATING'"),
+            sqlite_where=text("status = 'GENERATING'"),
+        ),
+        # Reuse: the newest audio of a fingerprint is one index probe, however much audio
+        # an organization has (the fingerprint carries the organization).
+        Index("ix_items_fingerprint_updated_at", "fingerprint", "updated_at"),
+        # Shared audio: whether anything still refers to a file is one index probe.
+        Index("ix_items_audio_path", "audio_path"),
+    )
+
+    id: Mapped[int] = mapped_column(Id, primary_key=True)
+    job_id: Mapped[int] = mapped_column(Id, ForeignKey("jobs.id", ondelete="CASCADE"))
+    position: Mapped[int] = mapped_column(Integer)
+    text: Mapped[str] = mapped_column(Text)
+    status: Mapped[str] = mapped_column(String(20), default=ItemStatus.PENDING)
+    error_message: Mapped[str | None] = mapped_column(Text)
+    audio_path: Mapped[str | None] = mapped_column(String(500))
+    audio_bytes: Mapped[int | None] = mapped_column(Integer)
+    audio_sha256: Mapped[str | None] = mapped_column(String(64))
+    # What the provider was (or would be) asked: see fingerprints.audio_fingerprint.
+    fingerprint: Mapped[str | None] = mapped_column(String(64))
+    # The audio was shared from an earlier item instead of paying for a call.
+    reused: Mapped[bool] = mapped_column(Boolean, server_default=false())
+    updated_at: Mapped[datetime] = mapped_column(UTCDateTime(), server_default=db_now())
+
+
+class Run(Base):
+    """One row per attempt of a job: who started it, where it ran, how it ended."""
+
+    __tablename__ = "runs"
+    __table_args__ = (UniqueConstraint("job_id", "attempt", name="uq_runs_job_id_attempt"),)
+
+    id: Mapped[int] = mapped_column(Id, primary_key=True)
+    job_id: Mapped[int] = mapped_column(Id, ForeignKey("jobs.id", ondelete="CASCADE"))
+    attempt: Mapped[int] = mapped_column(Integer)
+    kind: Mapped[str] = mapped_column(String(20), default="generate")
+    started_by_id: Mapped[int | None] = mapped_column(Id, ForeignKey("users.id"))
+    worker_id: Mapped[int | None] = mapped_column(Id, ForeignKey("workers.id"), index=True)
+    outcome: Mapped[str] = mapped_column(String(20), default=RunOutcome.RUNNING)
+    started_at: Mapped[datetime] = mapped_column(UTCDateTime(), server_default=db_now())
+    finished_at: Mapped[datetime | None] = mapped_column(UTCDateTime())
+    error_message: Mapped[str | None] = mapped_column(Text)
+    # The run's share of the ledger: every provider attempt, recorded before it is sent.
+    billed_characters: Mapped[int] = mapped_column(BigInteger, server_default="0")
+    provider_calls: Mapped[int] = mapped_column(Integer, server_default="0")
+    cancelled_by_id: Mapped[int | None] = mapped_column(Id, ForeignKey("users.id"))
+    # Items of this run waiting (longer than a moment) for a provider slot or the pace.
+    waiting_for_slot: Mapped[int] = mapped_column(Integer, server_default="0")
+    waiting_for_pace: Mapped[int] = mapped_column(Integer, server_default="0")
+
+
+class UsageMonth(Base):
+    """The ledger: characters billed and provider calls per organization and UTC month."""
+
+    __tablename__ = "usage_months"
+    __table_args__ = (
+        UniqueConstraint("organization_id", "month", name="uq_usage_months_organization_id"),
+        # A refund gives back only what a reservation of that month took.
+        CheckConstraint("billed_characters >= 0", name="billed_characters_not_negative"),
+        CheckConstraint("provider_calls >= 0", name="provider_calls_not_negative"),
+    )
+
+    id: Mapped[int] = mapped_column(Id, primary_key=True)
+    organization_id: Mapped[int] = mapped_column(Id, ForeignKey("organizations.id"))
+    month: Mapped[str] = mapped_column(String(7))  # "YYYY-MM", UTC
+    billed_characters: Mapped[int] = mapped_column(BigInteger, server_default="0")
+    provider_calls: Mapped[int] = mapped_column(BigInteger, server_default="0")
+
+
+class Reservation(Base):
+    """One provider attempt's characters, billed to a month before it is sent.
+
+    A refund (the attempt was not sent after all) flips ``refunded_at`` by
+    compare-and-set and gives the characters back to the month that paid, so a
+    retried refund gives back nothing more.
+    """
+
+    __tablename__ = "reservations"
+
+    id: Mapped[int] = mapped_column(Id, primary_key=True)
+    organization_id: Mapped[int] = mapped_column(Id, ForeignKey("organizations.id"))
+    job_id: Mapped[int] = mapped_column(Id, ForeignKey("jobs.id", ondelete="CASCADE"), index=True)
+    attempt: Mapped[int] = mapped_column(Integer)
+    month: Mapped[str] = mapped_column(String(7))  # "YYYY-MM", UTC: the month that paid
+    characters: Mapped[int] = mapped_column(Integer)
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime(), server_default=db_now())
+    refunded_at: Mapped[datetime | None] = mapped_column(UTCDateTime())
+
+
+class JobLock(Base):
+    """Organization-level leases; the id of a grant is its fencing token."""
+
+    __tablename__ = "job_locks"
+    __table_args__ = (
+        Index(
+            "uq_job_locks_live",
+            "organization_id",
+            "job_type",
+            unique=True,
+            postgresql_where=text("released_at IS NULL"),
+            sqlite_where=text("released_at IS NULL"),
+        ),
+    )
+
+    id: Mapped[int] = mapped_column(Id, primary_key=True)
+    organization_id: Mapped[int] = mapped_column(Id)
+    job_type: Mapped[str] = mapped_column(Text)
+    holder: Mapped[str] = mapped_column(Text)
+    acquired_at: Mapped[datetime] = mapped_column(UTCDateTime(), server_default=db_now())
+    expires_at: Mapped[datetime] = mapped_column(UTCDateTime())
+    released_at: Mapped[datetime | None] = mapped_column(UTCDateTime())
+
+
+class Export(Base):
+    """An organization's audio archive being built under the ``audio_export`` lock."""
+
+    __tablename__ = "exports"
+    __table_args__ = (Index("ix_exports_organization_id_id", "organization_id", "id"),)
+
+    id: Mapped[int] = mapped_column(Id, primary_key=True)
+    organization_id: Mapped[int] = mapped_column(Id, ForeignKey("organizations.id"))
+    created_by_id: Mapped[int | None] = mapped_column(Id, ForeignKey("users.id"))
+    lock_id: Mapped[int | None] = mapped_column(Id, ForeignKey("job_locks.id"))
+    status: Mapped[str] = mapped_column(String(20), default=ExportStatus.RUNNING)
+    error_message: Mapped[str | None] = mapped_column(Text)
+    file_path: Mapped[str | None] = mapped_column(String(500))
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime(), server_default=db_now())
+    finished_at: Mapped[datetime | None] = mapped_column(UTCDateTime())
+
+
+class ProviderSlot(Base):
+    """One of PROVIDER_CONCURRENCY deployment-wide provider slots, leased per call.
+
+    Slot numbers run from 0 to PROVIDER_CONCURRENCY - 1, so the primary key caps the
+    calls in flight. A row is held while ``released_at`` is NULL and its worker
+    heartbeats; ``token`` grows with every grant and fences the release.
+    """
+
+    __tablename__ = "provider_slots"
+
+    slot: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=False)
+    token: Mapped[int] = mapped_column(BigInteger, default=1, server_default="1")
+    worker_id: Mapped[int] = mapped_column(Id, ForeignKey("workers.id"))
+    job_id: Mapped[int] = mapped_column(Id, index=True)
+    attempt: Mapped[int] = mapped_column(Integer)
+    acquired_at: Mapped[datetime] = mapped_column(UTCDateTime(), server_default=db_now())
+    released_at: Mapped[datetime | None] = mapped_column(UTCDateTime())
+
+
+class ProviderPace(Base):
+    """The deployment's one pace row: no provider call starts before ``next_start_at``."""
+
+    __tablename__ = "provider_pace"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=False)
+    next_start_at: Mapped[datetime] = mapped_column(UTCDateTime(), server_default=db_now())

@@ -1,0 +1,325 @@
+"""The read side's statements: the job's head and its poll (expression language), and
+the JSON documents' SQL text per dialect, shaped like the answers (see ``views``).
+
+Each is built once per shape and dialect; the parameters are bound per read.
+"""
+
+from __future__ import annotations
+
+import functools
+from dataclasses import dataclass
+from typing import Any
+
+from sqlalchemy import (
+    Float,
+    Integer,
+    Select,
+    String,
+    and_,
+    bindparam,
+    case,
+    column,
+    func,
+    null,
+    or_,
+    select,
+    text,
+    type_coerce,
+)
+from sqlalchemy.sql.elements import TextClause
+
+from speechbatch.adapters.db import UTCDateTime
+from speechbatch.adapters.models import Id, ItemStatus, JobStatus, RunOutcome
+from speechbatch.adapters.repositories.recovery import dead_worker, has_orphan_items, stale_progress
+from speechbatch.adapters.repositories.tables import (
+    COUNTERS,
+    api_tokens,
+    items,
+    jobs,
+    runs,
+    users,
+    workers,
+)
+from speechbatch.adapters.repositories.tokens import last_use_due, token_accepted
+
+ITEM_STATUSES = tuple(ItemStatus)
+
+
+@functools.cache
+def poll_statement(
+    dialect: str, by_token: bool, with_items: bool, filtered_page: bool | None
+) -> Select[Any]:
+    """The poll's one statement (see ``JobViews.poll_job``), built once per shape.
+
+    By token: the token and its user, then the job outer-joined in their organization,
+    so an unknown token reads no row and a job not theirs reads a row without a job.
+    The document is a correlated subquery inside a CASE: the database builds it only for
+    a job that exists for them and whose version is not the one the client has.
+    """
+    sql = statements(dialect)
+    document_sql = sql.job[with_items] if filtered_page is None else sql.items_page[filtered_page]
+    document = document_sql.columns(column("doc")).scalar_subquery()
+    head = head_statement(True, by_token)
+    return head.add_columns(
+        case(
+            (jobs.c.id.is_(None), null()),
+            (jobs.c.version == bindparam("seen_version", type_=Integer), null()),
+            else_=document,
+        ).label("document")
+    )
+
+
+@functools.cache
+def _head_columns(liveness: bool, current_run: Any, current_worker: Any) -> list[Any]:
+    """What a job's head shows: its row, counters, newest progress, reclaims, live run's
+    worker and waits, and (``liveness``) whether it looks dead."""
+    newest_item = (
+        select(type_coerce(func.max(items.c.updated_at), UTCDateTime()))
+        .where(items.c.job_id == jobs.c.id)
+        .correlate(jobs)
+        .scalar_subquery()
+    )
+    reclaims = (
+        select(func.count())
+        .where(runs.c.job_id == jobs.c.id, runs.c.outcome == RunOutcome.RECOVERED)
+        .correlate(jobs)
+        .scalar_subquery()
+    )
+    columns: list[Any] = [
+        jobs.c.id,
+        jobs.c.version,
+        jobs.c.status,
+        jobs.c.attempt,
+        jobs.c.updated_at,
+        *COUNTERS.values(),
+        newest_item.label("newest_item_at"),
+        reclaims.label("reclaims"),
+        current_worker.c.hostname,
+        current_worker.c.pid,
+        current_run.c.waiting_for_slot,
+        current_run.c.waiting_for_pace,
+    ]
+    if liveness:
+        looks_dead = or_(
+            and_(
+                jobs.c.status == JobStatus.GENERATING,
+                or_(
+                    stale_progress(bindparam("lease_seconds", type_=Float)),
+                    dead_worker(bindparam("worker_dead_seconds", type_=Float)),
+                ),
+            ),
+            has_orphan_items(),
+        )
+        columns.append(case((looks_dead, True), else_=False).label("needs_recovery"))
+    return columns
+
+
+def head_statement(liveness: bool, by_token: bool = False) -> Select[Any]:
+    """The head's one statement, built once (parameters: job_id, organization_id or,
+    ``by_token``, token_hash; lease_seconds, worker_dead_seconds)."""
+    current_run = runs.alias("current_run")
+    current_worker = workers.alias("current_worker")
+    columns = _head_columns(liveness, current_run, current_worker)
+    job_id = bindparam("job_id", type_=Id)
+    if by_token:
+        # The token's user, and the job only if it is in their organization.
+        columns = [
+            users.c.id.label("user_id"),
+            users.c.organization_id.label("user_organization_id"),
+            users.c.email,
+            api_tokens.c.id.label("token_id"),
+            last_use_due().label("last_use_is_stale"),
+            *columns,
+        ]
+        source: Any = api_tokens.join(users, users.c.id == api_tokens.c.user_id).outerjoin(
+            jobs, and_(jobs.c.id == job_id, jobs.c.organization_id == users.c.organization_id)
+        )
+        where = token_accepted(bindparam("token_hash", type_=String))
+    else:
+        source = jobs
+        where = and_(
+            jobs.c.id == job_id,
+            jobs.c.organization_id == bindparam("organization_id", type_=Id),
+        )
+    source = source.outerjoin(
+        current_run,
+        and_(current_run.c.job_id == jobs.c.id, current_run.c.attempt == jobs.c.attempt),
+    ).outerjoin(current_worker, current_worker.c.id == current_run.c.worker_id)
+    return select(*columns).select_from(source).where(where)
+
+
+@dataclass(frozen=True)
+class Statements:
+    """The JSON documents' SQL in one dialect, keyed by a flag (with items / filtered).
+
+    Plain SQL text: these statements are shaped like the answer, and building them with
+    the expression language at every request would cost more than running them.
+    """
+
+    job: dict[bool, TextClause]
+    items_page: dict[bool, TextClause]
+    jobs_stamp: dict[bool, TextClause]
+    jobs_page: dict[bool, TextClause]
+
+
+@functools.cache
+def statements(dialect: str) -> Statements:
+    pg = dialect == "postgresql"
+    flags = (True, False)
+    return Statements(
+        job={f: text(_job_sql(pg, f)) for f in flags},
+        items_page={f: text(_items_sql(pg, f)) for f in flags},
+        jobs_stamp={f: text(_jobs_stamp_sql(pg, f)) for f in flags},
+        jobs_page={f: text(_jobs_sql(pg, f)) for f in flags},
+    )
+
+
+def _ts(pg: bool, column: str) -> str:
+    """An ISO 8601 UTC timestamp with offset and six digits of microseconds, as
+    ``isoformat(timespec="microseconds")`` writes it."""
+    if pg:
+        # to_char(… AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US"+00:00"'), defined
+        # once by migration 0008 (STABLE: the planner inlines it).
+        return f"sb_isotime({column})"
+    # SQLite stores 'YYYY-MM-DD HH:MM:SS.ffffff' (UTC).
+    return f"(replace({column}, ' ', 'T') || '+00:00')"
+
+
+def _obj(pg: bool, pairs: list[tuple[str, str]]) -> str:
+    args = ", ".join(f"'{key}', {value}" for key, value in pairs)
+    return f"json_build_object({args})" if pg else f"json_object({args})"
+
+
+def _array(pg: bool, document: str, source: str, order: str) -> str:
+    """A JSON array of ``document`` over the rows of ``source`` (a FROM ... clause)."""
+    if pg:
+        return (
+            f"(SELECT coalesce(json_agg(x.doc ORDER BY x.k), '[]'::json) FROM "
+            f"(SELECT {document} AS doc, {order} AS k {source}) x)"
+        )
+    # SQLite aggregates in the subquery's order; json() keeps each element an object.
+    return f"(SELECT json_group_array(json(x.doc)) FROM (SELECT {document} AS doc {source}) x)"
+
+
+def _text(pg: bool, document: str) -> str:
+    """The document as text (the driver would parse PostgreSQL's json into objects)."""
+    return f"({document})::text" if pg else document
+
+
+def _embed(pg: bool, array: str) -> str:
+    """An array subquery as a JSON value inside an object."""
+    return array if pg else f"json({array})"
+
+
+def _summary_pairs(pg: bool) -> list[tuple[str, str]]:
+    total = " + ".join(f"j.{c.key}" for c in COUNTERS.values())
+    progress = _obj(
+        pg,
+        [("total", total)] + [(s.lower(), f"j.{COUNTERS[s].key}") for s in ITEM_STATUSES],
+    )
+    return [
+        ("id", "j.id"),
+        ("title", "j.title"),
+        ("voice", "j.voice"),
+        ("status", "j.status"),
+        ("attempt", "j.attempt"),
+        ("error_message", "j.error_message"),
+        ("created_at", _ts(pg, "j.created_at")),
+        ("updated_at", _ts(pg, "j.updated_at")),
+        ("started_at", _ts(pg, "j.started_at")),
+        ("finished_at", _ts(pg, "j.finished_at")),
+        ("progress", progress),
+    ]
+
+
+def _bool(pg: bool, column: str) -> str:
+    """A boolean column as a JSON true/false (SQLite stores 0/1)."""
+    return column if pg else f"json(CASE WHEN {column} THEN 'true' ELSE 'false' END)"
+
+
+def _item_document(pg: bool) -> str:
+    audio = (
+        "CASE WHEN i.audio_path IS NOT NULL THEN "
+        "'/api/jobs/' || i.job_id || '/items/' || i.id || '/audio' END"
+    )
+    return _obj(
+        pg,
+        [
+            ("id", "i.id"),
+            ("position", "i.position"),
+            ("text", "i.text"),
+            ("status", "i.status"),
+            ("error_message", "i.error_message"),
+            ("audio_url", audio),
+            ("reused", _bool(pg, "i.reused")),
+            ("updated_at", _ts(pg, "i.updated_at")),
+        ],
+    )
+
+
+def _job_sql(pg: bool, with_items: bool) -> str:
+    run = _obj(
+        pg,
+        [
+            ("attempt", "r.attempt"),
+            ("kind", "r.kind"),
+            ("outcome", "r.outcome"),
+            ("started_at", _ts(pg, "r.started_at")),
+            ("finished_at", _ts(pg, "r.finished_at")),
+            ("error_message", "r.error_message"),
+            ("started_by", "u.email"),
+            ("cancelled_by", "c.email"),
+            ("billed_characters", "r.billed_characters"),
+            ("provider_calls", "r.provider_calls"),
+            ("worker", "CASE WHEN w.id IS NOT NULL THEN w.hostname || ':' || w.pid END"),
+        ],
+    )
+    run_rows = (
+        "FROM runs r LEFT JOIN users u ON u.id = r.started_by_id "
+        "LEFT JOIN users c ON c.id = r.cancelled_by_id "
+        "LEFT JOIN workers w ON w.id = r.worker_id WHERE r.job_id = j.id ORDER BY r.attempt"
+    )
+    pairs = _summary_pairs(pg)
+    if with_items:
+        item_rows = "FROM items i WHERE i.job_id = j.id ORDER BY i.position"
+        pairs.append(("items", _embed(pg, _array(pg, _item_document(pg), item_rows, "i.position"))))
+    pairs.append(("runs", _embed(pg, _array(pg, run, run_rows, "r.attempt"))))
+    return f"SELECT {_text(pg, _obj(pg, pairs))} FROM jobs j WHERE j.id = :job_id"
+
+
+def _items_sql(pg: bool, filtered: bool) -> str:
+    where = "i.job_id = :job_id" + (" AND i.status = :status" if filtered else "")
+    rows = f"FROM items i WHERE {where} ORDER BY i.position LIMIT :limit OFFSET :offset"
+    return f"SELECT {_text(pg, _array(pg, _item_document(pg), rows, 'i.position'))}"
+
+
+def _jobs_where(filtered: bool) -> str:
+    return "j.organization_id = :org" + (" AND j.status = :status" if filtered else "")
+
+
+def _jobs_page_rows(filtered: bool) -> str:
+    """The page's rows of the list (a FROM ... clause)."""
+    return (
+        f"FROM jobs j WHERE {_jobs_where(filtered)} ORDER BY j.id DESC LIMIT :limit OFFSET :offset"
+    )
+
+
+def _jobs_stamp_columns(pg: bool, filtered: bool) -> str:
+    """The list's ``total`` and ``shown`` (see ``ListStamp``), as two columns."""
+    total = f"(SELECT count(*) FROM jobs j WHERE {_jobs_where(filtered)}) AS total"
+    pairs = f"SELECT j.id AS id, j.id || ':' || j.version AS pair {_jobs_page_rows(filtered)}"
+    if pg:
+        shown = f"(SELECT string_agg(x.pair, ',' ORDER BY x.id DESC) FROM ({pairs}) x)"
+    else:  # SQLite aggregates in the subquery's order
+        shown = f"(SELECT group_concat(x.pair, ',') FROM ({pairs}) x)"
+    return f"{total}, {shown} AS shown"
+
+
+def _jobs_stamp_sql(pg: bool, filtered: bool) -> str:
+    return f"SELECT {_jobs_stamp_columns(pg, filtered)}"
+
+
+def _jobs_sql(pg: bool, filtered: bool) -> str:
+    rows = _jobs_page_rows(filtered)
+    document = _text(pg, _array(pg, _obj(pg, _summary_pairs(pg)), rows, "-j.id"))
+    return f"SELECT {_jobs_stamp_columns(pg, filtered)}, {document} AS document"

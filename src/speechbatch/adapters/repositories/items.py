@@ -1,0 +1,307 @@
+"""An item's fenced moves: start, reuse, DONE, ERROR, back to PENDING.
+
+Every move is two statements in the caller's transaction: the fence, an UPDATE of the
+job conditional on GENERATING at the run's attempt (it stamps progress, bumps the
+version and moves the progress counters, and takes the job row's lock), then the item's
+own UPDATE under the same condition on its status that the counters used. Every writer
+of items takes the job's row lock first, so the counters and the items agree.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from sqlalchemy import (
+    ColumnElement,
+    Update,
+    and_,
+    case,
+    exists,
+    false,
+    literal,
+    null,
+    or_,
+    select,
+    true,
+    update,
+)
+from sqlalchemy.orm import Session
+
+from speechbatch.adapters.db import db_now
+from speechbatch.adapters.models import ItemStatus, JobStatus
+from speechbatch.adapters.repositories.tables import COUNTERS, items, jobs
+
+# Items a run may start: a retry resumes ERROR items without resetting them at the claim.
+STARTABLE = (ItemStatus.PENDING, ItemStatus.ERROR)
+_GENERATING = (ItemStatus.GENERATING,)
+_SRC = items.alias("src")
+
+
+@dataclass(frozen=True)
+class StartedItem:
+    """What a run needs to send an item it has just marked GENERATING."""
+
+    text: str
+    previous_audio_path: str | None
+    # An item of the organization whose finished audio answers the same request.
+    reusable_item_id: int | None = None
+
+
+@dataclass(frozen=True)
+class FinishedItem:
+    """The answer of a fenced finish: whether it won, and the audio it replaced that no
+    item refers to any more (the caller deletes that file once committed)."""
+
+    won: bool
+    orphaned_audio_path: str | None = None
+
+    def __bool__(self) -> bool:
+        return self.won
+
+
+def counter_deltas(
+    old_status: ColumnElement[str], from_statuses: Sequence[str], to_status: str
+) -> dict[str, ColumnElement[int]]:
+    """Per counter: what it gains when one item moves from ``old_status`` (if it is one of
+    ``from_statuses``) to ``to_status`` (negative for the status it leaves); nothing
+    changes when it is not."""
+    deltas: dict[str, ColumnElement[int]] = {}
+    for status, column in COUNTERS.items():
+        if status == to_status:
+            deltas[column.key] = case((old_status.in_(from_statuses), 1), else_=0)
+        elif status in from_statuses:
+            deltas[column.key] = case((old_status == status, -1), else_=0)
+    return deltas
+
+
+class ItemMoves:
+    """Fenced moves of one run's items, over one session (``RunsRepository`` has them)."""
+
+    session: Session
+
+    def stamp_job_progress(self, job_id: int, attempt: int) -> bool:
+        """Fence and heartbeat: stamp the job if it is still GENERATING at ``attempt``.
+
+        The UPDATE takes the job row's lock until commit, so recovery and this stamp
+        are serialized on that row. False means this run was declared dead or
+        superseded: it must write nothing more.
+        """
+        return self._fence(job_id, attempt, {})
+
+    def _fence(self, job_id: int, attempt: int, deltas: dict[str, ColumnElement[int]]) -> bool:
+        values: dict[str, Any] = {key: jobs.c[key] + delta for key, delta in deltas.items()}
+        row = self.session.execute(
+            update(jobs)
+            .where(
+                jobs.c.id == job_id,
+                jobs.c.status == JobStatus.GENERATING,
+                jobs.c.attempt == attempt,
+            )
+            .values(updated_at=db_now(), version=jobs.c.version + 1, **values)
+            .returning(jobs.c.id)
+        ).first()
+        return row is not None
+
+    def _move(
+        self,
+        job_id: int,
+        attempt: int,
+        item_id: int,
+        deltas: dict[str, ColumnElement[int]],
+        move: Update,
+    ) -> Any:
+        """The fence, then ``move`` (an item UPDATE with RETURNING): its row, or None
+        when fenced or the item was not in a status the move takes."""
+        if not self._fence(job_id, attempt, deltas):
+            return None
+        return self.session.execute(move.where(*_this_item(job_id, item_id))).first()
+
+    def start_item(
+        self, job_id: int, attempt: int, item_id: int, *, reuse_fingerprint: str | None = None
+    ) -> StartedItem | None:
+        """Fenced: mark a PENDING or ERROR item GENERATING; None when fenced or taken.
+
+        With ``reuse_fingerprint``, the same statement looks up the newest finished audio
+        of that fingerprint (one index probe) and names its item in the answer.
+        """
+        reusable = (
+            select(_SRC.c.id)
+            .where(
+                _SRC.c.fingerprint == reuse_fingerprint,
+                _SRC.c.status == ItemStatus.DONE,
+                _SRC.c.audio_path.is_not(None),
+            )
+            .order_by(_SRC.c.updated_at.desc())
+            .limit(1)
+            .scalar_subquery()
+        )
+        row = self._move(
+            job_id,
+            attempt,
+            item_id,
+            counter_deltas(_old_status(job_id, item_id), STARTABLE, ItemStatus.GENERATING),
+            update(items)
+            .where(items.c.status.in_(STARTABLE))
+            .values(status=ItemStatus.GENERATING, error_message=null(), updated_at=db_now())
+            .returning(items.c.text, items.c.audio_path, reusable.label("reusable_id")),
+        )
+        if row is None:
+            return None
+        reusable_id = row.reusable_id if reuse_fingerprint is not None else None
+        return StartedItem(row.text, row.audio_path, reusable_id)
+
+    def reuse_audio(
+        self, job_id: int, attempt: int, item_id: int, source_item_id: int, fingerprint: str
+    ) -> FinishedItem:
+        """Fenced: make a PENDING, ERROR or GENERATING item DONE with another item's audio.
+
+        Loses when fenced, when the item was not ours to finish, or when the source has
+        no finished audio any more (the counters then do not move either).
+        """
+        source_done = exists().where(
+            _SRC.c.id == source_item_id,
+            _SRC.c.status == ItemStatus.DONE,
+            _SRC.c.audio_path.is_not(None),
+        )
+
+        def of_source(column: Any) -> Any:
+            return select(column).where(_SRC.c.id == source_item_id).scalar_subquery()
+
+        reusable_from = (*STARTABLE, ItemStatus.GENERATING)
+        # The counters move only when the item will: the same conditions as its UPDATE.
+        old_status = case((source_done, _old_status(job_id, item_id)), else_=literal("-"))
+        if not self._fence(job_id, attempt, counter_deltas(old_status, reusable_from, "DONE")):
+            return FinishedItem(won=False)
+        replaced = self._audio_path(job_id, item_id)
+        row = self.session.execute(
+            update(items)
+            .where(*_this_item(job_id, item_id), items.c.status.in_(reusable_from), source_done)
+            .values(
+                status=ItemStatus.DONE,
+                error_message=null(),
+                reused=true(),
+                fingerprint=fingerprint,
+                audio_path=of_source(_SRC.c.audio_path),
+                audio_bytes=of_source(_SRC.c.audio_bytes),
+                audio_sha256=of_source(_SRC.c.audio_sha256),
+                updated_at=db_now(),
+            )
+            .returning(items.c.audio_path)
+        ).first()
+        if row is None:
+            return FinishedItem(won=False)
+        return FinishedItem(won=True, orphaned_audio_path=self._orphaned(replaced, row.audio_path))
+
+    def finish_item(
+        self,
+        job_id: int,
+        attempt: int,
+        item_id: int,
+        *,
+        audio_path: str | None = None,
+        audio_bytes: int | None = None,
+        audio_sha256: str | None = None,
+        fingerprint: str | None = None,
+        replaced_audio_path: str | None = None,
+        error_message: str | None = None,
+    ) -> FinishedItem:
+        """Fenced: move a GENERATING item to DONE (with audio) or ERROR.
+
+        ``replaced_audio_path`` is the audio the item had when it started (its start
+        answered it); a DONE finish names it in its answer when no item refers to it
+        any more (a regenerate replaced it): the caller deletes it.
+        """
+        if error_message is not None:
+            return self._finish_error(job_id, attempt, item_id, error_message)
+        if not self._fence(
+            job_id,
+            attempt,
+            counter_deltas(_old_status(job_id, item_id), _GENERATING, ItemStatus.DONE),
+        ):
+            return FinishedItem(won=False)
+        row = self.session.execute(
+            update(items)
+            .where(
+                *_this_item(job_id, item_id),
+                or_(
+                    items.c.status == ItemStatus.GENERATING,
+                    # The same write again (a retry after a lost commit ack) wins again;
+                    # the counters did not move for it.
+                    and_(
+                        items.c.status == ItemStatus.DONE,
+                        items.c.audio_path == audio_path,
+                        items.c.audio_sha256 == audio_sha256,
+                    ),
+                ),
+            )
+            .values(
+                status=ItemStatus.DONE,
+                error_message=null(),
+                audio_path=audio_path,
+                audio_bytes=audio_bytes,
+                audio_sha256=audio_sha256,
+                fingerprint=fingerprint,
+                reused=false(),
+                updated_at=db_now(),
+            )
+            .returning(items.c.id)
+        ).first()
+        if row is None:
+            return FinishedItem(won=False)
+        orphaned = self._orphaned(replaced_audio_path, audio_path)
+        return FinishedItem(won=True, orphaned_audio_path=orphaned)
+
+    def _finish_error(
+        self, job_id: int, attempt: int, item_id: int, error_message: str
+    ) -> FinishedItem:
+        row = self._move(
+            job_id,
+            attempt,
+            item_id,
+            counter_deltas(_old_status(job_id, item_id), _GENERATING, ItemStatus.ERROR),
+            update(items)
+            .where(items.c.status == ItemStatus.GENERATING)
+            .values(status=ItemStatus.ERROR, error_message=error_message, updated_at=db_now())
+            .returning(items.c.id),
+        )
+        return FinishedItem(won=row is not None)
+
+    def return_item(self, job_id: int, attempt: int, item_id: int) -> bool:
+        """Fenced: put a GENERATING item back to PENDING (it was not sent)."""
+        row = self._move(
+            job_id,
+            attempt,
+            item_id,
+            counter_deltas(_old_status(job_id, item_id), _GENERATING, ItemStatus.PENDING),
+            update(items)
+            .where(items.c.status == ItemStatus.GENERATING)
+            .values(status=ItemStatus.PENDING, updated_at=db_now())
+            .returning(items.c.id),
+        )
+        return row is not None
+
+    def _audio_path(self, job_id: int, item_id: int) -> str | None:
+        """The item's audio now (read under the job's row lock, which every writer of
+        its items takes first)."""
+        return self.session.execute(
+            select(items.c.audio_path).where(*_this_item(job_id, item_id))
+        ).scalar_one_or_none()
+
+    def _orphaned(self, replaced: str | None, now: str | None) -> str | None:
+        """``replaced`` when it is a file no item refers to any more, else None."""
+        if replaced is None or replaced == now:
+            return None
+        referenced = self.session.execute(
+            select(items.c.id).where(items.c.audio_path == replaced).limit(1)
+        ).first()
+        return None if referenced is not None else replaced
+
+
+def _this_item(job_id: int, item_id: int) -> tuple[ColumnElement[bool], ...]:
+    return (items.c.id == item_id, items.c.job_id == job_id)
+
+
+def _old_status(job_id: int, item_id: int) -> ColumnElement[str]:
+    return select(items.c.status).where(*_this_item(job_id, item_id)).scalar_subquery()

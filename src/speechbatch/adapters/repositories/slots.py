@@ -1,0 +1,395 @@
+"""Provider slots and pace shared by the whole deployment: the repository side.
+
+A slot is a row of ``provider_slots`` whose number is 0 .. PROVIDER_CONCURRENCY - 1: the
+primary key makes two live holders of one number impossible, so at most that many calls
+are in flight across every process sharing the database. Taking a slot is ONE statement
+(INSERT … ON CONFLICT DO UPDATE … WHERE, the reclaim-or-insert of the organization locks):
+it grants a number nobody holds, re-grants a released one, or reclaims one whose holder
+(a worker identity) stopped heartbeating for WORKER_DEAD_SECONDS. No sweeper is needed.
+On PostgreSQL the conflict's WHERE is re-checked on the newest version of the slot's row
+(so two acquirers of one number cannot both win); on SQLite the writer's BEGIN IMMEDIATE
+serializes it. Every grant increments ``token``; a release names its token, so a stale
+release (after a reclaim) changes nothing.
+
+The pace is one row (``provider_pace``): ``next_start_at`` is advanced by a conditional
+UPDATE on the database's clock, so calls start evenly across the deployment, and a 429's
+Retry-After pushes it forward for everyone.
+
+This only builds queries: nothing here commits.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any, Protocol, cast
+
+from sqlalchemy import (
+    ColumnElement,
+    Float,
+    Integer,
+    Table,
+    and_,
+    exists,
+    func,
+    literal,
+    not_,
+    select,
+    type_coerce,
+    update,
+)
+from sqlalchemy.dialects import postgresql, sqlite
+from sqlalchemy.ext.compiler import compiles
+from sqlalchemy.orm import Session
+from sqlalchemy.sql.compiler import SQLCompiler
+from sqlalchemy.sql.expression import FunctionElement
+
+from speechbatch.adapters.db import UTCDateTime, ago, db_now, later
+from speechbatch.adapters.models import JobStatus, ProviderPace, ProviderSlot, RunOutcome
+from speechbatch.adapters.repositories.tables import jobs, runs, workers
+
+# The PostgreSQL channel a slot's release notifies (see ``runner/gate.py``).
+SLOT_CHANNEL = "speechbatch_slots"
+
+provider_slots = cast(Table, ProviderSlot.__table__)
+provider_pace = cast(Table, ProviderPace.__table__)
+_PACE_ROW = 1
+
+
+class _plus_seconds(FunctionElement[datetime]):
+    """A timestamp expression plus a (signed) number of seconds."""
+
+    type = UTCDateTime()
+    inherit_cache = True
+
+
+@compiles(_plus_seconds, "postgresql")
+def _pg_plus(element: _plus_seconds, compiler: SQLCompiler, **kw: Any) -> str:
+    moment, seconds = (compiler.process(arg, **kw) for arg in element.clauses)
+    return f"({moment} + make_interval(secs => CAST({seconds} AS double precision)))"
+
+
+@compiles(_plus_seconds, "sqlite")
+def _sqlite_plus(element: _plus_seconds, compiler: SQLCompiler, **kw: Any) -> str:
+    moment, seconds = (compiler.process(arg, **kw) for arg in element.clauses)
+    return f"strftime('%Y-%m-%d %H:%M:%f000', {moment}, printf('%+.6f seconds', {seconds}))"
+
+
+class _greatest(FunctionElement[Any]):
+    """The larger of two values."""
+
+    inherit_cache = True
+
+
+@compiles(_greatest, "postgresql")
+def _pg_greatest(element: _greatest, compiler: SQLCompiler, **kw: Any) -> str:
+    return f"GREATEST({compiler.process(element.clauses, **kw)})"
+
+
+@compiles(_greatest, "sqlite")
+def _sqlite_greatest(element: _greatest, compiler: SQLCompiler, **kw: Any) -> str:
+    return f"max({compiler.process(element.clauses, **kw)})"
+
+
+@dataclass(frozen=True)
+class _Limits:
+    """What counts as a live slot, and the deployment's capacity."""
+
+    capacity: int
+    worker_dead_seconds: float
+    max_hold_seconds: float
+
+    def live(self, slot: Any) -> ColumnElement[bool]:
+        """The slot row is held: not released, not held longer than a call can last (a
+        release lost to a database outage), and its worker heartbeats, not stopped."""
+        return and_(
+            slot.c.released_at.is_(None),
+            slot.c.acquired_at >= ago(self.max_hold_seconds),
+            # An IN over the live workers, not an EXISTS correlated to the slot: inside
+            # ON CONFLICT's WHERE, SQLAlchemy puts the slots table into such a subquery's
+            # FROM, and an EXISTS over the whole table (empty in the statement's snapshot)
+            # called a held slot free: two grants of one slot.
+            slot.c.worker_id.in_(
+                select(workers.c.id).where(
+                    workers.c.stopped_at.is_(None),
+                    workers.c.heartbeat_at >= ago(self.worker_dead_seconds),
+                )
+            ),
+        )
+
+    def held_by(self, job_id: int) -> ColumnElement[int]:
+        """How many live slots the job holds."""
+        held = provider_slots.alias("held")
+        return (
+            select(func.count())
+            .select_from(held)
+            .where(held.c.job_id == job_id, self.live(held))
+            .scalar_subquery()
+        )
+
+    def share(self) -> ColumnElement[int]:
+        """A job's fair share: ceil(capacity / GENERATING jobs), integer arithmetic."""
+        running = type_coerce(
+            _greatest(
+                literal(1, Integer),
+                select(func.count()).where(jobs.c.status == JobStatus.GENERATING).scalar_subquery(),
+            ),
+            Integer,
+        )
+        return (literal(self.capacity, Integer) + running - 1) // running
+
+
+@dataclass(frozen=True)
+class SlotGrant:
+    """A slot held: its number and the token that fences its release."""
+
+    slot: int
+    token: int
+
+
+@dataclass(frozen=True)
+class PaceAnswer:
+    """When the next call may start: ``wait_seconds`` from now (0: at once), or None when
+    the pace is booked or paused beyond the horizon (ask again later)."""
+
+    wait_seconds: float | None
+    paused_for_seconds: float = 0.0
+
+
+class SlotReads(Protocol):
+    """What a reader may ask of the slots: how many are held, how long starts pause."""
+
+    def slots_in_flight(self, *, worker_dead_seconds: float, max_hold_seconds: float) -> int: ...
+    def paused_for(self) -> float: ...
+
+
+class SlotRepository:
+    """Take and release deployment-wide provider slots; keep the pace (one session)."""
+
+    def __init__(self, session: Session) -> None:
+        self.session = session
+        self._dialect = session.get_bind().dialect.name
+
+    def acquire_slot(
+        self,
+        worker_id: int,
+        job_id: int,
+        attempt: int,
+        *,
+        capacity: int,
+        worker_dead_seconds: float,
+        max_hold_seconds: float,
+    ) -> SlotGrant | None:
+        """Compare-and-set: take a free (or dead holder's) slot for this run; None if none.
+
+        Refused too when the run is no longer GENERATING at ``attempt`` (fenced), and
+        when the job already holds its fair share: ceil(capacity / GENERATING jobs).
+        A slot held longer than ``max_hold_seconds`` (longer than any call lasts: its
+        release was lost) counts as free, like one whose worker is dead.
+        """
+        limits = _Limits(capacity, worker_dead_seconds, max_hold_seconds)
+        candidate = _free_slot_for(limits, worker_id, job_id, attempt)
+        insert_fn = postgresql.insert if self._dialect == "postgresql" else sqlite.insert
+        upsert = insert_fn(provider_slots).from_select(
+            ["slot", "token", "worker_id", "job_id", "attempt", "acquired_at"], candidate
+        )
+        statement = upsert.on_conflict_do_update(
+            index_elements=[provider_slots.c.slot],
+            set_={
+                "token": provider_slots.c.token + 1,
+                "worker_id": upsert.excluded.worker_id,
+                "job_id": upsert.excluded.job_id,
+                "attempt": upsert.excluded.attempt,
+                "acquired_at": upsert.excluded.acquired_at,
+                "released_at": None,
+            },
+            # The reclaim: only a slot nobody holds any more.
+            where=not_(limits.live(provider_slots)),
+        ).returning(provider_slots.c.slot, provider_slots.c.token)
+        row = self.session.execute(statement).first()
+        if row is None:
+            return None
+        return SlotGrant(int(row.slot), int(row.token))
+
+    def release_slot(self, grant: SlotGrant, job_id: int | None = None) -> bool:
+        """Compare-and-set: release a slot still held under this grant's token; whether it won."""
+        return self.release_slots([grant], job_id) == 1
+
+    def release_slots(self, grants: list[SlotGrant], job_id: int | None = None) -> int:
+        """Compare-and-set, for each grant: release its slot if still held under its
+        token; how many of them won. On PostgreSQL the release also notifies
+        ``SLOT_CHANNEL`` (with the job's id, if given) when it commits: waiters of every
+        process wake at once."""
+        won = 0
+        # In slot order: two transactions releasing the same rows lock them in one order.
+        for grant in sorted(grants, key=_by_slot):
+            row = self.session.execute(
+                update(provider_slots)
+                .where(
+                    provider_slots.c.slot == grant.slot,
+                    provider_slots.c.token == grant.token,
+                    provider_slots.c.released_at.is_(None),
+                )
+                .values(released_at=db_now())
+                .returning(provider_slots.c.slot)
+            ).first()
+            won += row is not None
+        if won and self._dialect == "postgresql":
+            payload = "" if job_id is None else str(job_id)
+            self.session.execute(select(func.pg_notify(SLOT_CHANNEL, payload)))
+        return won
+
+    def holds_its_share(
+        self, job_id: int, *, capacity: int, worker_dead_seconds: float, max_hold_seconds: float
+    ) -> bool:
+        """Whether the job holds its fair share of live slots, ceil(capacity / GENERATING
+        jobs): an acquire for it is refused until one of its slots is released (or
+        another job stops running)."""
+        limits = _Limits(capacity, worker_dead_seconds, max_hold_seconds)
+        return bool(
+            self.session.execute(select(limits.held_by(job_id) >= limits.share())).scalar_one()
+        )
+
+    def slots_in_flight(self, *, worker_dead_seconds: float, max_hold_seconds: float) -> int:
+        """How many slots live holders have now."""
+        limits = _Limits(0, worker_dead_seconds, max_hold_seconds)
+        held = provider_slots.alias("held")
+        return int(
+            self.session.execute(
+                select(func.count()).select_from(held).where(limits.live(held))
+            ).scalar_one()
+        )
+
+    def reserve_start(self, interval_seconds: float) -> PaceAnswer:
+        """Compare-and-set: book the next start, ``interval_seconds`` after the previous one.
+
+        Books only a start at most one interval (or a quarter second) ahead of the
+        database's clock, so a waiting thread holds no far-off start it might never use;
+        further ahead (the pace is booked, or a 429 paused it) answers
+        ``wait_seconds=None`` and the caller asks again.
+        """
+        interval = literal(float(interval_seconds), Float)
+        next_start = provider_pace.c.next_start_at
+        # RETURNING sees the new row: the start booked is the new next_start_at minus one.
+        row = self.session.execute(
+            update(provider_pace)
+            .where(
+                provider_pace.c.id == _PACE_ROW,
+                next_start <= later(max(float(interval_seconds), 0.25)),
+            )
+            .values(next_start_at=_plus_seconds(_greatest(next_start, db_now()), interval))
+            .returning(
+                _plus_seconds(next_start, -interval).label("starts_at"),
+                db_now().label("now"),
+            )
+        ).first()
+        if row is None:
+            until = self._paused_until()
+            if until is None:
+                self._ensure_pace_row()
+                return PaceAnswer(None)
+            return PaceAnswer(None, max(0.0, until))
+        return PaceAnswer(max(0.0, _seconds(row.starts_at, row.now)))
+
+    def _paused_until(self) -> float | None:
+        row = self.session.execute(
+            select(provider_pace.c.next_start_at, db_now().label("now")).where(
+                provider_pace.c.id == _PACE_ROW
+            )
+        ).first()
+        return None if row is None else _seconds(row.next_start_at, row.now)
+
+    def _ensure_pace_row(self) -> None:
+        insert_fn = postgresql.insert if self._dialect == "postgresql" else sqlite.insert
+        self.session.execute(
+            insert_fn(provider_pace)
+            .values(id=_PACE_ROW, next_start_at=db_now())
+            .on_conflict_do_nothing(index_elements=[provider_pace.c.id])
+        )
+
+    def paused_for(self) -> float:
+        """Seconds until calls may start again (a 429 paused them); 0 when not paused."""
+        until = self._paused_until()
+        return 0.0 if until is None else max(0.0, until)
+
+    def pause_starts(self, seconds: float) -> None:
+        """Push the deployment's next start at least ``seconds`` from now (a 429's Retry-After)."""
+        statement = (
+            update(provider_pace)
+            .where(provider_pace.c.id == _PACE_ROW)
+            .values(next_start_at=_greatest(provider_pace.c.next_start_at, later(seconds)))
+            .returning(provider_pace.c.next_start_at)
+        )
+        if self.session.execute(statement).first() is None:
+            self._ensure_pace_row()
+            self.session.execute(statement)
+
+    def count_waiting(self, job_id: int, attempt: int, reason: str, delta: int) -> None:
+        """Add ``delta`` to the run's count of items waiting for ``reason`` (slot or pace)."""
+        column = runs.c.waiting_for_slot if reason == "slot" else runs.c.waiting_for_pace
+        # The counts show in the job's answer, so its version (the ETag) moves with them;
+        # the job row first: the lock order of an item's start (job, then its run).
+        self.session.execute(
+            update(jobs).where(jobs.c.id == job_id).values(version=jobs.c.version + 1)
+        )
+        self.session.execute(
+            update(runs)
+            .where(runs.c.job_id == job_id, runs.c.attempt == attempt)
+            .values({column: column + delta})
+        )
+
+    def waiting(self, job_id: int) -> tuple[int, int]:
+        """(waiting for a slot, waiting for the pace) of the job's live run; zeros otherwise."""
+        row = self.session.execute(
+            select(runs.c.waiting_for_slot, runs.c.waiting_for_pace)
+            .join(jobs, and_(jobs.c.id == runs.c.job_id, jobs.c.attempt == runs.c.attempt))
+            .where(
+                jobs.c.id == job_id,
+                jobs.c.status == JobStatus.GENERATING,
+                runs.c.outcome == RunOutcome.RUNNING,
+            )
+        ).first()
+        if row is None:
+            return 0, 0
+        return max(0, int(row.waiting_for_slot)), max(0, int(row.waiting_for_pace))
+
+
+def _by_slot(grant: SlotGrant) -> int:
+    return grant.slot
+
+
+def _seconds(later_moment: datetime, earlier: datetime) -> float:
+    return (later_moment - earlier).total_seconds()
+
+
+def _free_slot_for(limits: _Limits, worker_id: int, job_id: int, attempt: int) -> Any:
+    """One free slot number (none held live) as the row a grant to this run would be, if
+    the run is still GENERATING at ``attempt`` and under its fair share."""
+    numbers = select(literal(0, Integer).label("n")).cte("numbers", recursive=True)
+    numbers = numbers.union_all(
+        select((numbers.c.n + 1).label("n")).where(numbers.c.n + 1 < limits.capacity)
+    )
+    held = provider_slots.alias("taken")
+    # Free numbers only, in random order so that concurrent acquirers rarely pick the
+    # same number (a collision costs the loser one retry).
+    return (
+        select(
+            numbers.c.n,
+            literal(1, Integer),
+            literal(worker_id, Integer),
+            literal(job_id, Integer),
+            literal(attempt, Integer),
+            db_now(),
+        )
+        .where(
+            numbers.c.n.not_in(select(held.c.slot).where(limits.live(held))),
+            exists().where(
+                jobs.c.id == job_id,
+                jobs.c.attempt == attempt,
+                jobs.c.status == JobStatus.GENERATING,
+            ),
+            limits.held_by(job_id) < limits.share(),
+        )
+        .order_by(func.random())
+        .limit(1)
+    )

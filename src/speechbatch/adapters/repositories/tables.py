@@ -1,0 +1,41 @@
+"""Core table handles shared by the repositories and the read side."""
+
+from __future__ import annotations
+
+from typing import cast
+
+from sqlalchemy import Column, Table
+
+from speechbatch.adapters.models import (
+    ApiToken,
+    Item,
+    ItemStatus,
+    Job,
+    Organization,
+    Run,
+    SignInThrottle,
+    User,
+    Worker,
+)
+
+jobs = cast(Table, Job.__table__)
+items = cast(Table, Item.__table__)
+runs = cast(Table, Run.__table__)
+workers = cast(Table, Worker.__table__)
+users = cast(Table, User.__table__)
+organizations = cast(Table, Organization.__table__)
+api_tokens = cast(Table, ApiToken.__table__)
+sign_in_throttles = cast(Table, SignInThrottle.__table__)
+
+# The job row's progress counter of each item status.
+COUNTERS: dict[str, Column[int]] = {
+    ItemStatus.PENDING: jobs.c.items_pending,
+    ItemStatus.GENERATING: jobs.c.items_generating,
+    ItemStatus.DONE: jobs.c.items_done,
+    ItemStatus.ERROR: jobs.c.items_error,
+}
+
+
+def audio_url(job_id: int, item_id: int) -> str:
+    """The root-relative API path of an item's audio."""
+    return f"/api/jobs/{job_id}/items/{item_id}/audio"

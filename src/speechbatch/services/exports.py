@@ -1,0 +1,359 @@
+"""Exports: an organization's finished audio as one ZIP, built under the audio_export lock.
+
+``start_export`` takes the organization's ``audio_export`` lock and inserts the export row
+in one transaction, then builds the archive in a background thread of this process. The
+builder holds no transaction while it packs files: it renews the lock in short
+transactions (at least every third of the lease), writes the ZIP to a temp file next to
+its final name and renames it into place, then marks the export COMPLETED and releases
+the lock in one transaction that is fenced by the grant's id. A holder that dies stops
+renewing; the next read of the export (``get_export``) flips it to FAILED once the lease
+has run out, and the next ``start_export`` reclaims the expired lock.
+"""
+
+from __future__ import annotations
+
+import csv
+import hashlib
+import io
+import logging
+import os
+import socket
+import tempfile
+import threading
+import time
+import uuid
+import weakref
+import zipfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from speechbatch.adapters.repositories import UserRecord
+from speechbatch.adapters.repositories.exports import DoneAudio, ExportRecord
+from speechbatch.adapters.uow import UowFactory
+from speechbatch.config import Settings
+from speechbatch.domain.statuses import ExportStatus
+from speechbatch.errors import DatabaseUnavailable, ExportInProgress, LockHeld, NotFound
+from speechbatch.services.ports import Storage
+
+log = logging.getLogger(__name__)
+
+JOB_TYPE = "audio_export"
+RECOVERED_MESSAGE = "auto-recovered: export holder stopped renewing its lock"
+MANIFEST_NAME = "manifest.csv"
+# A spreadsheet reads a cell starting with one of these as a formula (or a field separator).
+FORMULA_STARTS = ("=", "+", "-", "@", "\t", "\r")
+MANIFEST_HEADER = (
+    "job_id", "job_title", "position", "text", "voice", "file_name", "bytes", "sha256",
+)  # fmt: skip
+_CHUNK = 1024 * 1024
+_BUILDERS: weakref.WeakSet[ExportBuilder] = weakref.WeakSet()
+
+
+def spreadsheet_safe(cell: str) -> str:
+    """``cell`` with a leading ``'`` when a spreadsheet would read it as a formula.
+
+    The apostrophe is what spreadsheets themselves use to mark a cell as text.
+    """
+    return "'" + cell if cell.startswith(FORMULA_STARTS) else cell
+
+
+def export_key(organization_id: int, export_id: int) -> str:
+    """Where an export's archive lives; only the org's lock holder writes that folder."""
+    return f"exports/{organization_id}/export-{export_id}.zip"
+
+
+def download_url(export_id: int) -> str:
+    """The root-relative API path of an export's archive."""
+    return f"/api/exports/{export_id}/download"
+
+
+def export_view(record: ExportRecord) -> dict[str, Any]:
+    """An export as the API shows it."""
+    completed = record.status == ExportStatus.COMPLETED
+    return {
+        "id": record.id,
+        "status": record.status,
+        "error_message": record.error_message,
+        "download_url": download_url(record.id) if completed else None,
+        "created_at": record.created_at.isoformat(),
+        "finished_at": record.finished_at.isoformat() if record.finished_at else None,
+    }
+
+
+def new_holder() -> str:
+    """A holder name that says which process took the lock, unique per grant."""
+    return f"{socket.gethostname()}:{os.getpid()}:export-{uuid.uuid4().hex}"
+
+
+def recover_exports(
+    uow_factory: UowFactory, organization_id: int, *, export_id: int | None = None
+) -> int:
+    """Lease-expiry recovery: fail RUNNING exports whose holder stopped renewing its lock.
+
+    A read first looks (in a reader): only when something is dead does it open a writer,
+    one that gives up on a busy row or database soon; a busy one is left for a later read.
+    A read never fails, nor takes SQLite's write lock, because of it.
+    """
+    try:
+        with uow_factory(read_only=True) as reader:
+            if not reader.exports.any_dead_export(organization_id, export_id=export_id):
+                return 0
+        with uow_factory.impatient_writer() as uow:
+            recovered = uow.exports.recover_dead_exports(
+                organization_id, RECOVERED_MESSAGE, export_id=export_id
+            )
+            uow.commit()
+    except DatabaseUnavailable:
+        log.warning("export recovery skipped: database busy", exc_info=True)
+        return 0
+    for rid in recovered:
+        log.warning("export recovered export=%s organization=%s", rid, organization_id)
+    return len(recovered)
+
+
+def start_export(
+    uow_factory: UowFactory, settings: Settings, storage: Storage, user: UserRecord
+) -> dict[str, Any]:
+    """Take the organization's export lock, record the export and start building it.
+
+    Raises ExportInProgress while another holder has the lock live; a lock whose holder
+    stopped renewing is reclaimed here once its lease has run out.
+    """
+    holder = new_holder()
+    ttl = settings.export_lock_ttl_seconds
+    with uow_factory() as uow:
+        try:
+            grant = uow.locks.acquire(user.organization_id, JOB_TYPE, holder, ttl)
+        except LockHeld:
+            raise ExportInProgress() from None
+        repo = uow.exports
+        export_id = repo.create_export(user.organization_id, user.id, grant.id)
+        record = repo.get_export(export_id, user.organization_id)
+        uow.commit()
+    assert record is not None
+    log.info("export started export=%s lock=%s holder=%s", export_id, grant.id, holder)
+    task = ExportTask(
+        export_id=export_id,
+        organization_id=user.organization_id,
+        lock_id=grant.id,
+        holder=holder,
+        ttl_seconds=ttl,
+    )
+    ExportBuilder(uow_factory, storage, task).start()
+    return export_view(record)
+
+
+def get_export(uow_factory: UowFactory, user: UserRecord, export_id: int) -> dict[str, Any]:
+    """One export of the user's organization, after lease-expiry recovery."""
+    recover_exports(uow_factory, user.organization_id, export_id=export_id)
+    with uow_factory(read_only=True) as uow:
+        record = uow.exports.get_export(export_id, user.organization_id)
+    if record is None:
+        raise NotFound("export not found")
+    return export_view(record)
+
+
+def list_exports(uow_factory: UowFactory, user: UserRecord) -> list[dict[str, Any]]:
+    """The organization's recent exports, newest first, after recovery."""
+    recover_exports(uow_factory, user.organization_id)
+    with uow_factory(read_only=True) as uow:
+        records = uow.exports.list_exports(user.organization_id)
+    return [export_view(r) for r in records]
+
+
+def export_download_key(uow_factory: UowFactory, user: UserRecord, export_id: int) -> str:
+    """The storage key of a COMPLETED export's archive; NotFound otherwise."""
+    recover_exports(uow_factory, user.organization_id, export_id=export_id)
+    with uow_factory(read_only=True) as uow:
+        record = uow.exports.get_export(export_id, user.organization_id)
+    if record is None or record.status != ExportStatus.COMPLETED or not record.file_path:
+        raise NotFound("no archive for this export (yet)")
+    return record.file_path
+
+
+# --- the builder ---------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ExportTask:
+    """What a builder needs: the export, and the grant that fences its writes."""
+
+    export_id: int
+    organization_id: int
+    lock_id: int
+    holder: str
+    ttl_seconds: float
+
+
+class _LockLost(Exception):
+    """The grant expired, passed on, or the export was declared dead."""
+
+
+class ExportBuilder:
+    """Builds one export's ZIP in a background thread while renewing its lock."""
+
+    def __init__(self, uow_factory: UowFactory, storage: Storage, task: ExportTask) -> None:
+        self._uow_factory = uow_factory
+        self._storage = storage
+        self.task = task
+        self.renew_every = task.ttl_seconds / 3
+        self._next_renew = time.monotonic() + self.renew_every
+        self.done = threading.Event()
+
+    def start(self) -> None:
+        """Build in a daemon thread."""
+        _BUILDERS.add(self)
+        threading.Thread(
+            target=self.run, name=f"speechbatch-export-{self.task.export_id}", daemon=True
+        ).start()
+
+    def run(self) -> None:
+        """Build, then end the export COMPLETED or FAILED; never raise."""
+        task = self.task
+        try:
+            self._build()
+        except _LockLost:
+            log.warning("export fenced export=%s lock=%s: stopped", task.export_id, task.lock_id)
+            self._release_quietly()
+        except Exception as exc:
+            log.exception("export failed export=%s", task.export_id)
+            self._fail(f"export failed: {exc}")
+        finally:
+            self.done.set()
+
+    def _build(self) -> None:
+        task = self.task
+        with self._uow_factory(read_only=True) as uow:
+            audio = uow.exports.done_audio(task.organization_id)
+        key = export_key(task.organization_id, task.export_id)
+        final = self._storage.path(key)
+        final.parent.mkdir(parents=True, exist_ok=True)
+        self._renew()
+        # Holding the organization's lock, nobody else writes this folder: temp files
+        # here are leftovers of a holder that died.
+        for leftover in final.parent.glob(".tmp-*"):
+            leftover.unlink(missing_ok=True)
+        fd, tmp_name = tempfile.mkstemp(dir=final.parent, prefix=".tmp-", suffix=".zip")
+        tmp = Path(tmp_name)
+        try:
+            with os.fdopen(fd, "w+b") as f:
+                count = self._write_zip(f, audio)
+                f.flush()
+                os.fsync(f.fileno())
+            # Publish only while the grant is still ours (and for a full lease more).
+            self._renew(force=True)
+            os.replace(tmp, final)
+        except BaseException:
+            tmp.unlink(missing_ok=True)
+            raise
+        try:
+            with self._uow_factory() as uow:
+                won = uow.exports.complete_export(task.export_id, task.lock_id, task.holder, key)
+                if won:
+                    uow.commit()
+        except BaseException:
+            self._storage.delete(key)
+            raise
+        if not won:
+            # Our export was declared dead meanwhile; the archive is nobody's.
+            self._storage.delete(key)
+            raise _LockLost()
+        log.info("export completed export=%s files=%s", task.export_id, count)
+
+    def _write_zip(self, f: Any, audio: list[DoneAudio]) -> int:
+        manifest = io.StringIO()
+        writer = csv.writer(manifest)
+        writer.writerow(MANIFEST_HEADER)
+        count = 0
+        with zipfile.ZipFile(f, "w") as zf:
+            for entry in audio:
+                self._renew()
+                name = (
+                    f"job-{entry.job_id}/{entry.position:04d}-item-{entry.item_id}"
+                    f"{Path(entry.audio_path).suffix}"
+                )
+                try:
+                    source = self._storage.open(entry.audio_path)
+                except FileNotFoundError:
+                    # Replaced by a regenerate since the list was read: not DONE any more.
+                    log.warning("export %s skips missing audio %s", self.task.export_id, name)
+                    continue
+                digest = hashlib.sha256()
+                size = 0
+                info = zipfile.ZipInfo(name, date_time=time.gmtime()[:6])
+                info.compress_type = zipfile.ZIP_STORED  # audio is compressed already
+                with source, zf.open(info, "w", force_zip64=True) as out:
+                    while chunk := source.read(_CHUNK):
+                        digest.update(chunk)
+                        size += len(chunk)
+                        out.write(chunk)
+                        self._renew()
+                row = (
+                    entry.job_id,
+                    spreadsheet_safe(entry.job_title),
+                    entry.position,
+                    spreadsheet_safe(entry.text),
+                    entry.voice,
+                )
+                writer.writerow([*row, name, size, digest.hexdigest()])
+                count += 1
+            zf.writestr(MANIFEST_NAME, manifest.getvalue(), compress_type=zipfile.ZIP_DEFLATED)
+        return count
+
+    def _renew(self, *, force: bool = False) -> None:
+        """Renew the grant when a third of the lease has passed; raise _LockLost if it is gone.
+
+        A database blip is retried soon: the lease has two more thirds to run.
+        """
+        now = time.monotonic()
+        if not force and now < self._next_renew:
+            return
+        task = self.task
+        try:
+            with self._uow_factory() as uow:
+                won = uow.locks.renew(
+                    task.lock_id, task.holder, task.ttl_seconds
+                ) and uow.exports.is_running(task.export_id, task.lock_id)
+                if won:
+                    uow.commit()
+        except DatabaseUnavailable:
+            log.warning("export %s could not renew its lock", task.export_id, exc_info=True)
+            self._next_renew = now + min(1.0, self.renew_every / 3)
+            return
+        if not won:
+            raise _LockLost()
+        self._next_renew = now + self.renew_every
+
+    def _fail(self, message: str) -> None:
+        task = self.task
+        try:
+            with self._uow_factory() as uow:
+                uow.exports.fail_export(task.export_id, task.lock_id, message)
+                uow.locks.release(task.lock_id)
+                uow.commit()
+        except Exception:
+            # Recovery finds it once the lease has run out.
+            log.exception("could not record the failure of export %s", task.export_id)
+
+    def _release_quietly(self) -> None:
+        """Release our own grant if still unreleased; the id never touches another one."""
+        try:
+            with self._uow_factory() as uow:
+                uow.locks.release(self.task.lock_id)
+                uow.commit()
+        except Exception:
+            log.exception("could not release lock %s", self.task.lock_id)
+
+
+def wait_for_exports(timeout: float) -> bool:
+    """Wait until this process's builders have ended; whether they all did in time.
+
+    Nothing is interrupted: a builder cut off at exit stops renewing, and its export is
+    recovered once the lease has run out.
+    """
+    deadline = time.monotonic() + timeout
+    for builder in list(_BUILDERS):
+        if not builder.done.wait(max(0.0, deadline - time.monotonic())):
+            return False
+    return True
