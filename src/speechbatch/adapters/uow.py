@@ -89,7 +89,7 @@ class ReadUnit(Protocol):
     """What services may use to read: repositories whose writes the database refuses.
 
     Every repository is seen through its Protocol (what the services need of it), which
-    the unit tests' fakes implement; the runner uses the concrete Writer."""
+    the unit tests' fakes implement; the runner writes through ``RunUnit``."""
 
     @property
     def users(self) -> Users: ...
@@ -118,8 +118,7 @@ class ReadUnit(Protocol):
 
 
 class WriteUnit(ReadUnit, Protocol):
-    """What services may use to write, and ``commit``. (The runner and the worker
-    identity use the concrete Writer: its ``runs`` and ``workers``.)"""
+    """What services may use to write, and ``commit``."""
 
     @property
     def jobs(self) -> Jobs: ...
@@ -131,6 +130,37 @@ class WriteUnit(ReadUnit, Protocol):
     def sign_ins(self) -> SignIns: ...
 
     def commit(self) -> None: ...
+
+
+class RunUnit(Protocol):
+    """What the runner writes through: the repositories of a run's moves, as they are
+    (the runner is their one user, and the integration tests are where they are proven)."""
+
+    @property
+    def runs(self) -> RunsRepository: ...
+    @property
+    def slots(self) -> SlotRepository: ...
+    @property
+    def spending(self) -> SpendingRepository: ...
+    @property
+    def workers(self) -> WorkersRepository: ...
+    @property
+    def resume(self) -> ResumeRepository: ...
+
+    def __enter__(self) -> Self: ...
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None: ...
+    def commit(self) -> None: ...
+
+
+class RunUowFactory(Protocol):
+    """Opens the runner's short writing transactions."""
+
+    def __call__(self) -> RunUnit: ...
 
 
 class _Unit:

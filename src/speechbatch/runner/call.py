@@ -24,7 +24,7 @@ from speechbatch.adapters.providers.base import (
     guarded,
 )
 from speechbatch.adapters.providers.retry import synthesize_with_retries
-from speechbatch.adapters.uow import Writer
+from speechbatch.adapters.uow import RunUnit
 from speechbatch.errors import BudgetExceeded, Fenced
 from speechbatch.runner.gate import CallNotStarted, Waiting
 from speechbatch.runner.item import Items, NoSlot, Run, Started
@@ -118,7 +118,7 @@ class Calls:
         waiting on the gate while no slot is free."""
         items = self.items
 
-        def work(uow: Writer) -> object:
+        def work(uow: RunUnit) -> object:
             if not uow.runs.stamp_job_progress(run.job_id, run.attempt):
                 return None
             return items.reserve_and_take(uow, run, len(started.text))

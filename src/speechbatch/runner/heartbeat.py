@@ -12,7 +12,7 @@ import os
 import socket
 import threading
 
-from speechbatch.adapters.uow import SessionUowFactory
+from speechbatch.adapters.uow import RunUowFactory
 
 log = logging.getLogger(__name__)
 
@@ -25,7 +25,7 @@ class WorkerIdentity:
     worker) notices the new PID and registers itself anew.
     """
 
-    def __init__(self, uow_factory: SessionUowFactory, interval_seconds: float) -> None:
+    def __init__(self, uow_factory: RunUowFactory, interval_seconds: float) -> None:
         self._uow_factory = uow_factory
         self._interval = interval_seconds
         self._lock = threading.Lock()

@@ -30,12 +30,12 @@ from speechbatch.adapters.providers.base import TTSProvider
 from speechbatch.adapters.repositories.items import FinishedItem
 from speechbatch.adapters.repositories.ledger import Reservation
 from speechbatch.adapters.repositories.slots import SlotGrant
-from speechbatch.adapters.storage import LocalStorage
-from speechbatch.adapters.uow import Writer
+from speechbatch.adapters.uow import RunUnit
 from speechbatch.config import Settings
 from speechbatch.errors import BudgetExceeded, DatabaseUnavailable, Fenced
 from speechbatch.runner.gate import ProviderGate, Waiting
 from speechbatch.runner.transactions import Transactions
+from speechbatch.services.ports import Storage
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -107,7 +107,7 @@ class Items:
         tx: Transactions,
         gate: ProviderGate,
         provider: TTSProvider,
-        storage: LocalStorage,
+        storage: Storage,
         settings: Settings,
         draining: Callable[[], bool],
     ) -> None:
@@ -148,7 +148,7 @@ class Items:
             waiting.done()
 
     def _start_tx(
-        self, uow: Writer, run: Run, item_id: int, text: str, fingerprint: str
+        self, uow: RunUnit, run: Run, item_id: int, text: str, fingerprint: str
     ) -> Started | None:
         lookup = None if run.regenerate else fingerprint
         started = uow.runs.start_item(run.job_id, run.attempt, item_id, reuse_fingerprint=lookup)
@@ -171,7 +171,7 @@ class Items:
         )
 
     def reserve_and_take(
-        self, uow: Writer, run: Run, characters: int
+        self, uow: RunUnit, run: Run, characters: int
     ) -> tuple[Reservation, SlotGrant]:
         """In a fenced transaction: bill one attempt and take a slot for it. Raises
         BudgetExceeded or NoSlot, which roll the transaction back."""
@@ -208,7 +208,7 @@ class Items:
                 key, error = None, f"could not store audio: {exc.strerror}"
         slot, started.slot = started.slot, None
 
-        def work(uow: Writer) -> FinishedItem:
+        def work(uow: RunUnit) -> FinishedItem:
             if key is not None and audio is not None:
                 finished = uow.runs.finish_item(
                     run.job_id,
@@ -266,7 +266,7 @@ class Items:
 
     # The fence
 
-    def fenced_tx(self, run: Run, work: Callable[[Writer], T]) -> T:
+    def fenced_tx(self, run: Run, work: Callable[[RunUnit], T]) -> T:
         """One transaction whose ``work`` returns something falsy when fenced; when it
         wins, remember when it began: the fence held at some moment after that."""
         began = time.monotonic()
@@ -307,7 +307,7 @@ class Items:
         if reservation is None and slot is None:
             return
 
-        def work(uow: Writer) -> None:
+        def work(uow: RunUnit) -> None:
             if reservation is not None:
                 uow.spending.refund_reservation(reservation)
             if slot is not None:
@@ -324,8 +324,7 @@ class Items:
     def over_budget(self, run: Run, item_id: int, characters: int) -> None:
         """Stop starting items: the organization's budget cannot pay for this call."""
         try:
-            with self.tx.uow_factory(read_only=True) as uow:
-                usage = uow.spending.usage(run.organization_id)
+            usage = self.tx(lambda uow: uow.spending.usage(run.organization_id))
             spent = (
                 f"{usage.billed_characters:,} of {usage.budget_characters or 0:,} characters "
                 f"billed in {usage.month}, {usage.remaining_characters or 0:,} left"

@@ -22,8 +22,7 @@ from typing import TypeVar
 from speechbatch.adapters import metrics
 from speechbatch.adapters.providers.base import TTSProvider
 from speechbatch.adapters.repositories.slots import SlotRepository
-from speechbatch.adapters.storage import LocalStorage
-from speechbatch.adapters.uow import SessionUowFactory
+from speechbatch.adapters.uow import RunUowFactory
 from speechbatch.config import Settings
 from speechbatch.domain.fingerprints import fingerprinter
 from speechbatch.errors import Fenced
@@ -33,6 +32,7 @@ from speechbatch.runner.heartbeat import WorkerIdentity
 from speechbatch.runner.item import Items, Run
 from speechbatch.runner.loops import BackgroundLoop
 from speechbatch.runner.transactions import Transactions
+from speechbatch.services.ports import Storage
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -53,9 +53,9 @@ class Runner:
 
     def __init__(
         self,
-        uow_factory: SessionUowFactory,
+        uow_factory: RunUowFactory,
         provider: TTSProvider,
-        storage: LocalStorage,
+        storage: Storage,
         settings: Settings,
         listen_dsn: str | None = None,
     ) -> None:

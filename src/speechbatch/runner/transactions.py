@@ -7,7 +7,7 @@ import time
 from collections.abc import Callable
 from typing import TypeVar
 
-from speechbatch.adapters.uow import SessionUowFactory, Writer
+from speechbatch.adapters.uow import RunUnit, RunUowFactory
 from speechbatch.errors import DatabaseUnavailable
 
 log = logging.getLogger(__name__)
@@ -19,11 +19,11 @@ DB_RETRY_SECONDS = 60.0
 class Transactions:
     """Runs one short transaction at a time for the runner's threads."""
 
-    def __init__(self, uow_factory: SessionUowFactory, stopping: Callable[[], bool]) -> None:
+    def __init__(self, uow_factory: RunUowFactory, stopping: Callable[[], bool]) -> None:
         self.uow_factory = uow_factory
         self._stopping = stopping
 
-    def __call__(self, work: Callable[[Writer], T]) -> T:
+    def __call__(self, work: Callable[[RunUnit], T]) -> T:
         """Run ``work`` in one transaction and commit, retrying while the database is away.
 
         A paid-for result must survive a database restart, so a run waits for the

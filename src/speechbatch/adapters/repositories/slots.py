@@ -221,6 +221,11 @@ class SlotRepository:
         ``SLOT_CHANNEL`` (with the job's id, if given) when it commits: waiters of every
         process wake at once."""
         won = 0
+        returning: list[Any] = [provider_slots.c.slot]
+        if self._dialect == "postgresql":
+            # Sent when the transaction commits: waiters of every process wake at once.
+            payload = "" if job_id is None else str(job_id)
+            returning.append(func.pg_notify(SLOT_CHANNEL, payload))
         # In slot order: two transactions releasing the same rows lock them in one order.
         for grant in sorted(grants, key=_by_slot):
             row = self.session.execute(
@@ -231,12 +236,9 @@ class SlotRepository:
                     provider_slots.c.released_at.is_(None),
                 )
                 .values(released_at=db_now())
-                .returning(provider_slots.c.slot)
+                .returning(*returning)
             ).first()
             won += row is not None
-        if won and self._dialect == "postgresql":
-            payload = "" if job_id is None else str(job_id)
-            self.session.execute(select(func.pg_notify(SLOT_CHANNEL, payload)))
         return won
 
     def holds_its_share(
