@@ -36,7 +36,7 @@ def test_labelled_counters_exist_at_zero_in_a_fresh_process() -> None:
         [
             sys.executable,
             "-c",
-            "from speechbatch import metrics; print(metrics.exposition().decode())",
+            "from speechbatch.adapters import metrics; print(metrics.exposition().decode())",
         ],
         capture_output=True,
         text=True,
