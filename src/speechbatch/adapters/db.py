@@ -9,21 +9,17 @@ from __future__ import annotations
 import sqlite3
 import threading
 import time
-from collections.abc import Sequence
 from datetime import UTC, datetime
 from typing import Any
 
 from sqlalchemy import (
     DateTime,
     Engine,
-    Integer,
     MetaData,
-    String,
     create_engine,
     event,
     exc,
     literal,
-    literal_column,
 )
 from sqlalchemy.engine import URL, Dialect, make_url
 from sqlalchemy.ext.compiler import compiles
@@ -130,29 +126,6 @@ def _sqlite_now_plus(element: db_now_plus, compiler: SQLCompiler, **kw: Any) -> 
         "strftime('%Y-%m-%d %H:%M:%f000', 'now', "
         f"printf('%+.6f seconds', {compiler.process(arg, **kw)}))"
     )
-
-
-def const(value: str | int) -> ColumnElement[Any]:
-    """One of our own constants (a status, a count), written into the statement's text.
-
-    A bound constant is one more parameter that SQLAlchemy and psycopg process at every
-    execution; the per-item statements carried about thirty. Only for values of the code,
-    never for input (a string is refused if it could end its quotes).
-    """
-    if isinstance(value, bool) or not isinstance(value, str | int):
-        raise TypeError(f"not a constant: {value!r}")
-    if isinstance(value, int):
-        return literal_column(str(value), Integer)
-    if "'" in value or "\\" in value:
-        raise ValueError(f"not a constant: {value!r}")
-    return literal_column(f"'{value}'", String)
-
-
-def one_of(column: ColumnElement[str], values: Sequence[str]) -> ColumnElement[bool]:
-    """``column IN (values)`` with the values written into the statement (``const``):
-    ``in_(list)`` would be an expanding parameter, which SQLAlchemy renders anew at every
-    execution (measurable in the per-item statements and the claim)."""
-    return column.in_([const(value) for value in values])
 
 
 def ago(seconds: float | ColumnElement[float]) -> ColumnElement[datetime]:

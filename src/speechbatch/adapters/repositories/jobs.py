@@ -25,7 +25,7 @@ from sqlalchemy import (
 )
 from sqlalchemy.orm import Session
 
-from speechbatch.adapters.db import db_now, one_of
+from speechbatch.adapters.db import db_now
 from speechbatch.adapters.models import Id, ItemStatus, JobStatus, RunOutcome
 from speechbatch.adapters.repositories.tables import COUNTERS, items, jobs, runs
 
@@ -190,7 +190,7 @@ def _claimable(regenerate: bool) -> tuple[list[ColumnElement[bool]], dict[str, A
         counters[jobs.c.items_pending.key] = total_items()
     else:
         where.append(not_done_items() > 0)
-    return [*where, one_of(jobs.c.status, claimable)], counters
+    return [*where, jobs.c.status.in_(claimable)], counters
 
 
 def _claim_update(regenerate: bool, *returning: Any) -> Any:
