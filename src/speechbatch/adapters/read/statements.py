@@ -69,7 +69,6 @@ def poll_statement(
     )
 
 
-@functools.cache
 def _head_columns(liveness: bool, current_run: Any, current_worker: Any) -> list[Any]:
     """What a job's head shows: its row, counters, newest progress, reclaims, live run's
     worker and waits, and (``liveness``) whether it looks dead."""
@@ -114,6 +113,7 @@ def _head_columns(liveness: bool, current_run: Any, current_worker: Any) -> list
     return columns
 
 
+@functools.cache
 def head_statement(liveness: bool, by_token: bool = False) -> Select[Any]:
     """The head's one statement, built once (parameters: job_id, organization_id or,
     ``by_token``, token_hash; lease_seconds, worker_dead_seconds)."""
