@@ -173,16 +173,21 @@ class Items:
     def reserve_and_take(
         self, uow: RunUnit, run: Run, characters: int
     ) -> tuple[Reservation, SlotGrant]:
-        """In a fenced transaction: bill one attempt and take a slot for it. Raises
-        BudgetExceeded or NoSlot, which roll the transaction back."""
+        """In a fenced transaction: take a slot for one attempt and bill it. Raises
+        NoSlot or BudgetExceeded, which roll the transaction back.
+
+        The slot first: a start that finds none (most of them while jobs wait for slots)
+        rolls back before it locks the organization's month row, which every start of
+        every job of the organization needs; the bill comes last, so that row is held
+        only for the bill's own statements and the commit."""
+        slot = self.gate.take(uow.slots, run.job_id, run.attempt)
+        if slot is None:
+            raise NoSlot(self.gate.holds_its_share(uow.slots, run.job_id))
         reservation = uow.spending.reserve_characters(
             run.organization_id, run.job_id, run.attempt, characters
         )
         if reservation is None:
             raise BudgetExceeded()
-        slot = self.gate.take(uow.slots, run.job_id, run.attempt)
-        if slot is None:
-            raise NoSlot(self.gate.holds_its_share(uow.slots, run.job_id))
         return reservation, slot
 
     def stop_waiting(self, run: Run) -> bool:

@@ -12,7 +12,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any, Protocol, cast
 
-from sqlalchemy import Table, and_, func, insert, literal, or_, select, update
+from sqlalchemy import Table, and_, delete, func, insert, literal, or_, select, update
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.ext.compiler import compiles
 from sqlalchemy.orm import Session
@@ -119,14 +119,38 @@ class SpendingRepository:
         self, organization_id: int, job_id: int, attempt: int, characters: int
     ) -> Reservation | None:
         """Compare-and-set: bill one provider attempt of ``characters`` to this month
-        (and to the run's share of the ledger) before it is sent; None when it does not
-        fit the budget (nothing is written then).
+        (and to the run's share of the ledger) before it is sent; None, writing
+        nothing, when it does not fit the budget.
 
-        The month's row is one upsert: the first call of a month inserts it (if it fits
-        the budget at all), later ones add to it only while ``billed + n <= budget``; the
-        guard is on the row being updated, which PostgreSQL re-checks on its newest
-        version and SQLite writes under its one write lock.
+        The reservation's row names the month that pays; the month's row is one upsert,
+        LAST, because every start of every job of the organization needs it: held only
+        for that statement and the commit. The first call of a month inserts it (if it
+        fits the budget at all), later ones add to it only while ``billed + n <=
+        budget``; the guard is on the row being updated, which PostgreSQL re-checks on
+        its newest version and SQLite writes under its one write lock.
         """
+        row = self.session.execute(
+            insert(reservations)
+            .values(
+                organization_id=organization_id,
+                job_id=job_id,
+                attempt=attempt,
+                month=db_month(),
+                characters=characters,
+            )
+            .returning(reservations.c.id, reservations.c.month)
+        ).one()
+        self._run_line(job_id, attempt, characters, calls=1)
+        if not self._bill_month(organization_id, row.month, characters):
+            # Refused (rare: the budget is spent): take back what was written, so a
+            # refusal writes nothing whatever its caller then does.
+            self.session.execute(delete(reservations).where(reservations.c.id == row.id))
+            self._run_line(job_id, attempt, -characters, calls=-1)
+            return None
+        return Reservation(int(row.id), job_id, characters, row.month)
+
+    def _bill_month(self, organization_id: int, month: str, characters: int) -> bool:
+        """Add one call of ``characters`` to the month's row while it fits the budget."""
         budget = (
             select(organizations.c.budget_characters)
             .where(organizations.c.id == organization_id)
@@ -134,12 +158,12 @@ class SpendingRepository:
         )
         insert_fn = postgresql.insert if self._dialect == "postgresql" else sqlite.insert
         source = select(
-            literal(organization_id), db_month(), literal(characters), literal(1)
+            literal(organization_id), literal(month), literal(characters), literal(1)
         ).where(or_(budget.is_(None), literal(characters) <= budget))
         upsert = insert_fn(usage_months).from_select(
             ["organization_id", "month", "billed_characters", "provider_calls"], source
         )
-        month = self.session.execute(
+        billed = self.session.execute(
             upsert.on_conflict_do_update(
                 index_elements=[usage_months.c.organization_id, usage_months.c.month],
                 set_={
@@ -153,21 +177,7 @@ class SpendingRepository:
                 ),
             ).returning(usage_months.c.month)
         ).scalar_one_or_none()
-        if month is None:
-            return None
-        self._run_line(job_id, attempt, characters, calls=1)
-        reservation_id = self.session.execute(
-            insert(reservations)
-            .values(
-                organization_id=organization_id,
-                job_id=job_id,
-                attempt=attempt,
-                month=month,
-                characters=characters,
-            )
-            .returning(reservations.c.id)
-        ).scalar_one()
-        return Reservation(int(reservation_id), job_id, characters, month)
+        return billed is not None
 
     def refund_reservation(self, reservation: Reservation) -> bool:
         """Compare-and-set: give back a reserved attempt that was never sent, to the
