@@ -71,6 +71,10 @@ class ProviderGate:
         self._changed = threading.Condition()
         self._releases = 0
         self._job_releases: defaultdict[int, int] = defaultdict(int)
+        # Releases not yet taken up by a waiter (capped at the slots): one release lets
+        # one waiter of this process try, not all of them (the others would only lose).
+        self._unclaimed = 0
+        self._job_unclaimed: defaultdict[int, int] = defaultdict(int)
         self._listen_dsn = listen_dsn
         self._listener: threading.Thread | None = None
         self._closed = threading.Event()
@@ -138,22 +142,33 @@ class ProviderGate:
 
     def released(self, job_id: int | None = None) -> None:
         """A slot (of ``job_id``, if known) was given back and committed: wake waiters."""
+        cap = self.settings.provider_concurrency
         with self._changed:
             self._releases += 1
+            self._unclaimed = min(self._unclaimed + 1, cap)
             if job_id is not None:
                 self._job_releases[job_id] += 1
+                self._job_unclaimed[job_id] = min(self._job_unclaimed[job_id] + 1, cap)
             self._changed.notify_all()
 
     def wait(self, mark: int, job_id: int, job_mark: int | None) -> bool:
         """Wait for a release after ``mark`` (with ``job_mark``: one of the job's own,
-        since the job holds its fair share), at most POLL_SECONDS; whether one came."""
+        since the job holds its fair share), at most POLL_SECONDS; whether one came.
+        Each release is taken up by one waiter of this process (the one that then
+        tries), so a release does not send every waiter to the database at once."""
 
         def came() -> bool:
             if self._closed.is_set():
                 return True
             if job_mark is not None:
-                return self._job_releases[job_id] != job_mark
-            return self._releases != mark
+                if self._job_releases[job_id] == job_mark or not self._job_unclaimed[job_id]:
+                    return False
+                self._job_unclaimed[job_id] -= 1
+                return True
+            if self._releases == mark or not self._unclaimed:
+                return False
+            self._unclaimed -= 1
+            return True
 
         with self._changed:
             return self._changed.wait_for(came, timeout=POLL_SECONDS)
