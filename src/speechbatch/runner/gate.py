@@ -140,16 +140,25 @@ class ProviderGate:
         with self._changed:
             return self._job_releases[job_id]
 
-    def released(self, job_id: int | None = None) -> None:
-        """A slot (of ``job_id``, if known) was given back and committed: wake waiters."""
+    def released(self, job_id: int | None = None, *, lane_goes_on: bool = False) -> None:
+        """A slot (of ``job_id``, if known) was given back and committed: wake waiters.
+
+        ``lane_goes_on``: the item thread that gave it back goes on to its job's next
+        item at once, so the job's own waiters (at its fair share) are not woken for it:
+        they would only race that thread. They are woken when a thread of the job stops
+        (``lane_ended``), and by the poll."""
         cap = self.settings.provider_concurrency
         with self._changed:
             self._releases += 1
             self._unclaimed = min(self._unclaimed + 1, cap)
-            if job_id is not None:
+            if job_id is not None and not lane_goes_on:
                 self._job_releases[job_id] += 1
                 self._job_unclaimed[job_id] = min(self._job_unclaimed[job_id] + 1, cap)
             self._changed.notify_all()
+
+    def lane_ended(self, job_id: int) -> None:
+        """A thread of the job stopped taking items: its job's waiters may use its share."""
+        self.released(job_id)
 
     def wait(self, mark: int, job_id: int, job_mark: int | None) -> bool:
         """Wait for a release after ``mark`` (with ``job_mark``: one of the job's own,
@@ -200,7 +209,9 @@ class ProviderGate:
         listen(
             self._listen_dsn,
             SLOT_CHANNEL,
-            on_notify=lambda payload: self.released(int(payload) if payload else None),
+            # Another process's release (or this one's, echoed): a job's slots are all
+            # held by the process that runs it, so only waiters below their share care.
+            on_notify=lambda payload: self.released(),
             on_listening=self.released,
             closed=self._closed,
             wait_seconds=LISTEN_WAIT_SECONDS,

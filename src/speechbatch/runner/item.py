@@ -236,7 +236,7 @@ class Items:
 
         finished = self.fenced_tx(run, work)
         if slot is not None:
-            self.gate.released(run.job_id)
+            self.gate.released(run.job_id, lane_goes_on=True)
         if not finished:
             if key is not None:
                 self.storage.delete(key)

@@ -217,7 +217,7 @@ class Runner:
             try:
                 group = work.get_nowait()
             except queue.Empty:
-                return
+                break
             try:
                 self._process_group(run, group)
             except Fenced:
@@ -227,6 +227,7 @@ class Runner:
                 # GENERATING and recovery finds it, as for a process that died here.
                 log.exception("item failed job=%s attempt=%s", run.job_id, run.attempt)
                 run.fenced.set()
+        self.gate.lane_ended(run.job_id)
 
     def _process_group(self, run: Run, group: _Group) -> None:
         """Send the group's first item; its duplicates then share that audio.
