@@ -22,6 +22,7 @@ from sqlalchemy.engine import make_url
 
 from speechbatch.adapters import db
 from speechbatch.adapters.uow import SessionUowFactory
+from tests.conftest import IN_CI
 
 pytestmark = pytest.mark.parametrize("backend", ["postgresql"])
 
@@ -38,6 +39,8 @@ def pgbouncer_url(database_url: str, tmp_path: Path) -> Iterator[str]:
     (so that a client's transactions move between them)."""
     binary = shutil.which("pgbouncer") or shutil.which("pgbouncer", path="/usr/sbin")
     if binary is None:
+        if IN_CI:
+            pytest.fail("pgbouncer is required under CI (bin/test installs it)")
         pytest.skip("pgbouncer is not installed")
     url = make_url(database_url)
     port = _free_port()
