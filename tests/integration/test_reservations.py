@@ -7,10 +7,11 @@ from sqlalchemy import select, update
 from sqlalchemy.exc import IntegrityError
 
 from speechbatch.adapters.models import Reservation as ReservationRow
-from speechbatch.adapters.models import Run, UsageMonth
+from speechbatch.adapters.models import UsageMonth
 from speechbatch.adapters.repositories import UserRecord
 from speechbatch.adapters.repositories.ledger import Reservation
 from speechbatch.app import Services
+from speechbatch.services import get_job
 from tests.helpers import claim, concrete, new_job
 
 
@@ -42,12 +43,10 @@ def _months(svc: Services) -> dict[str, tuple[int, int]]:
     return {row.month: (row.billed_characters, row.provider_calls) for row in rows}
 
 
-def _run_line(svc: Services, job_id: int) -> tuple[int, int]:
-    with concrete(svc.uow_factory)(read_only=True) as uow:
-        row = uow.session.execute(
-            select(Run.billed_characters, Run.provider_calls).where(Run.job_id == job_id)
-        ).one()
-    return row.billed_characters, row.provider_calls
+def _run_line(svc: Services, admin: UserRecord, job_id: int) -> tuple[int, int]:
+    """The run's share of the ledger as the job's run history shows it."""
+    (run,) = get_job(svc.uow_factory, svc.settings, admin, job_id)["runs"]
+    return run["billed_characters"], run["provider_calls"]
 
 
 def test_a_refund_retried_after_a_lost_acknowledgement_gives_back_once(
@@ -61,7 +60,7 @@ def test_a_refund_retried_after_a_lost_acknowledgement_gives_back_once(
     assert _refund(svc, reservation)
     assert not _refund(svc, reservation)
     assert _months(svc) == {month: (0, 0)}
-    assert _run_line(svc, job_id) == (0, 0)
+    assert _run_line(svc, admin, job_id) == (0, 0)
     with svc.uow_factory(read_only=True) as uow:
         assert uow.spending.usage(admin.organization_id).billed_characters == 0
 
@@ -103,6 +102,6 @@ def test_a_reservation_over_the_budget_writes_nothing(svc: Services, admin: User
         assert uow.spending.reserve_characters(admin.organization_id, job_id, attempt, 11) is None
         uow.commit()
     assert _months(svc) == {}
-    assert _run_line(svc, job_id) == (0, 0)
+    assert _run_line(svc, admin, job_id) == (0, 0)
     with concrete(svc.uow_factory)(read_only=True) as uow:
         assert uow.session.execute(select(ReservationRow.id)).first() is None

@@ -179,6 +179,8 @@ class Run(Base):
     finished_at: Mapped[datetime | None] = mapped_column(UTCDateTime())
     error_message: Mapped[str | None] = mapped_column(Text)
     # The run's share of the ledger: every provider attempt, recorded before it is sent.
+    # What the run billed before reservations were rows (migration 0009); a later run's
+    # share of the ledger is its reservations' rows, so these stay 0 for it.
     billed_characters: Mapped[int] = mapped_column(BigInteger, server_default="0")
     provider_calls: Mapped[int] = mapped_column(Integer, server_default="0")
     cancelled_by_id: Mapped[int | None] = mapped_column(Id, ForeignKey("users.id"))

@@ -257,6 +257,14 @@ def _item_document(pg: bool) -> str:
     )
 
 
+def _reserved(total: str) -> str:
+    """``total`` over the run ``r``'s reservations that were not refunded."""
+    return (
+        f"SELECT COALESCE({total}, 0) FROM reservations v "
+        "WHERE v.job_id = r.job_id AND v.attempt = r.attempt AND v.refunded_at IS NULL"
+    )
+
+
 def _job_sql(pg: bool, with_items: bool) -> str:
     run = _obj(
         pg,
@@ -269,8 +277,13 @@ def _job_sql(pg: bool, with_items: bool) -> str:
             ("error_message", "r.error_message"),
             ("started_by", "u.email"),
             ("cancelled_by", "c.email"),
-            ("billed_characters", "r.billed_characters"),
-            ("provider_calls", "r.provider_calls"),
+            # What the run's reservations not refunded add up to (runs.billed_characters
+            # and provider_calls hold what runs billed before reservations were rows).
+            (
+                "billed_characters",
+                f"r.billed_characters + ({_reserved('SUM(v.characters)')})",
+            ),
+            ("provider_calls", f"r.provider_calls + ({_reserved('COUNT(*)')})"),
             ("worker", "CASE WHEN w.id IS NOT NULL THEN w.hostname || ':' || w.pid END"),
         ],
     )

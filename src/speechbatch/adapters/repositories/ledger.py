@@ -27,7 +27,6 @@ from speechbatch.adapters.models import (
     ItemStatus,
     Job,
     Organization,
-    Run,
     UsageMonth,
 )
 from speechbatch.adapters.models import (
@@ -38,7 +37,6 @@ organizations = cast(Table, Organization.__table__)
 usage_months = cast(Table, UsageMonth.__table__)
 items = cast(Table, Item.__table__)
 jobs = cast(Table, Job.__table__)
-runs = cast(Table, Run.__table__)
 exports = cast(Table, Export.__table__)
 reservations = cast(Table, ReservationRow.__table__)
 
@@ -119,7 +117,7 @@ class SpendingRepository:
         self, organization_id: int, job_id: int, attempt: int, characters: int
     ) -> Reservation | None:
         """Compare-and-set: bill one provider attempt of ``characters`` to this month
-        (and to the run's share of the ledger) before it is sent; None, writing
+        (its reservation's row is the run's share of the ledger) before it is sent; None, writing
         nothing, when it does not fit the budget.
 
         The reservation's row names the month that pays; the month's row is one upsert,
@@ -140,12 +138,10 @@ class SpendingRepository:
             )
             .returning(reservations.c.id, reservations.c.month)
         ).one()
-        self._run_line(job_id, attempt, characters, calls=1)
         if not self._bill_month(organization_id, row.month, characters):
             # Refused (rare: the budget is spent): take back what was written, so a
             # refusal writes nothing whatever its caller then does.
             self.session.execute(delete(reservations).where(reservations.c.id == row.id))
-            self._run_line(job_id, attempt, -characters, calls=-1)
             return None
         return Reservation(int(row.id), job_id, characters, row.month)
 
@@ -211,19 +207,7 @@ class SpendingRepository:
                 provider_calls=usage_months.c.provider_calls - 1,
             )
         )
-        self._run_line(reservation.job_id, row.attempt, -row.characters, calls=-1)
         return True
-
-    def _run_line(self, job_id: int, attempt: int, characters: int, *, calls: int) -> None:
-        """The run's share of the ledger: + n and one call, or - n and - 1 for a refund."""
-        self.session.execute(
-            update(runs)
-            .where(runs.c.job_id == job_id, runs.c.attempt == attempt)
-            .values(
-                billed_characters=runs.c.billed_characters + characters,
-                provider_calls=runs.c.provider_calls + calls,
-            )
-        )
 
     def usage(self, organization_id: int) -> Usage:
         """This month's ledger of the organization (zeros before its first call)."""
