@@ -256,28 +256,27 @@ class ItemMoves:
     def _finish_error(
         self, job_id: int, attempt: int, item_id: int, error_message: str
     ) -> FinishedItem:
-        row = self._move(
-            job_id,
-            attempt,
-            item_id,
-            counter_deltas(_old_status(job_id, item_id), _GENERATING, ItemStatus.ERROR),
-            update(items)
-            .where(items.c.status == ItemStatus.GENERATING)
-            .values(status=ItemStatus.ERROR, error_message=error_message, updated_at=db_now())
-            .returning(items.c.id),
+        won = self._from_generating(
+            job_id, attempt, item_id, ItemStatus.ERROR, error_message=error_message
         )
-        return FinishedItem(won=row is not None)
+        return FinishedItem(won=won)
 
     def return_item(self, job_id: int, attempt: int, item_id: int) -> bool:
         """Fenced: put a GENERATING item back to PENDING (it was not sent)."""
+        return self._from_generating(job_id, attempt, item_id, ItemStatus.PENDING)
+
+    def _from_generating(
+        self, job_id: int, attempt: int, item_id: int, status: ItemStatus, **values: Any
+    ) -> bool:
+        """Fenced: move a GENERATING item to ``status`` (no audio); whether it moved."""
         row = self._move(
             job_id,
             attempt,
             item_id,
-            counter_deltas(_old_status(job_id, item_id), _GENERATING, ItemStatus.PENDING),
+            counter_deltas(_old_status(job_id, item_id), _GENERATING, status),
             update(items)
             .where(items.c.status == ItemStatus.GENERATING)
-            .values(status=ItemStatus.PENDING, updated_at=db_now())
+            .values(status=status, updated_at=db_now(), **values)
             .returning(items.c.id),
         )
         return row is not None
