@@ -144,6 +144,8 @@ class Item(Base):
         Index("ix_items_fingerprint_updated_at", "fingerprint", "updated_at"),
         # Shared audio: whether anything still refers to a file is one index probe.
         Index("ix_items_audio_path", "audio_path"),
+        # NULL keys are distinct on both databases: only keyed items are unique in a job.
+        Index("uq_items_job_id_key", "job_id", "key", unique=True),
     )
 
     id: Mapped[int] = mapped_column(Id, primary_key=True)
@@ -160,6 +162,22 @@ class Item(Base):
     # The audio was shared from an earlier item instead of paying for a call.
     reused: Mapped[bool] = mapped_column(Boolean, server_default=false())
     updated_at: Mapped[datetime] = mapped_column(UTCDateTime(), server_default=db_now())
+    # The caller's name for the item (export file names), and its chapter's index.
+    key: Mapped[str | None] = mapped_column(String(100))
+    chapter: Mapped[int | None] = mapped_column(Integer)
+
+
+class Chapter(Base):
+    """A job's chapter (from an imported document): its title and its first item."""
+
+    __tablename__ = "chapters"
+    __table_args__ = (UniqueConstraint("job_id", "index", name="uq_chapters_job_id_index"),)
+
+    id: Mapped[int] = mapped_column(Id, primary_key=True)
+    job_id: Mapped[int] = mapped_column(Id, ForeignKey("jobs.id", ondelete="CASCADE"))
+    index: Mapped[int] = mapped_column(Integer)
+    title: Mapped[str] = mapped_column(Text)
+    first_position: Mapped[int] = mapped_column(Integer)
 
 
 class Run(Base):
