@@ -311,11 +311,11 @@ def test_a_release_in_another_process_wakes_a_waiter_within_milliseconds(
 
         def waiter() -> None:
             while True:
-                mark = gate.mark()  # (starts the listener)
+                mark = gate.mark(job_id)  # (starts the listener)
                 if gate._tx(lambda slots: gate.take(slots, job_id, attempt)) is not None:
                     got.append(time.monotonic())
                     return
-                gate.wait(mark, job_id, None)
+                gate.wait(mark, job_id, False)
 
         thread = threading.Thread(target=waiter)
         thread.start()
@@ -351,9 +351,9 @@ def test_a_waiter_of_a_job_at_its_share_wakes_only_for_its_own_release(svc: Serv
     """Fairness: a job that holds its fair share can only use one of its own slots, so
     another job's release does not wake it; its own does, at once."""
     gate = _gate(svc, 0, 2)
-    mark = gate.job_mark(7)
+    mark = gate.mark(7)
     woke: list[bool] = []
-    thread = threading.Thread(target=lambda: woke.append(gate.wait(gate.mark(), 7, mark)))
+    thread = threading.Thread(target=lambda: woke.append(gate.wait(mark, 7, True)))
     thread.start()
     gate.released(8)
     time.sleep(0.05)
@@ -361,3 +361,66 @@ def test_a_waiter_of_a_job_at_its_share_wakes_only_for_its_own_release(svc: Serv
     gate.released(7)
     thread.join(2)
     assert woke == [True]
+
+
+def _start_only_item(svc: Services, job_id: int, attempt: int) -> bool:
+    """Start the job's only item as a run does; whether the job has nothing left to start."""
+    with concrete(svc.uow_factory)() as uow:
+        item_id = uow.runs.run_plan(job_id, attempt).items[0][0]
+        started = uow.runs.start_item(job_id, attempt, item_id)
+        uow.commit()
+    assert started is not None
+    return started.drained
+
+
+def test_a_job_with_nothing_left_to_start_leaves_its_share_to_the_others(
+    svc: Services, admin: UserRecord
+) -> None:
+    """Fairness counts only the jobs that still have items to start: once a job's last
+    item is in flight, the slots it gives back are the other jobs' to take."""
+    worker_id = _worker(svc)
+    big, big_attempt = _running_job(svc, admin)
+    small, small_attempt = _running_job(svc, admin)
+    assert _acquire(svc, worker_id, big, big_attempt, 4) is not None
+    assert _acquire(svc, worker_id, big, big_attempt, 4) is not None
+    assert _acquire(svc, worker_id, big, big_attempt, 4) is None  # two jobs: two each
+    assert _start_only_item(svc, small, small_attempt) is True
+    assert _acquire(svc, worker_id, small, small_attempt, 4) is not None  # its last call
+    assert _acquire(svc, worker_id, big, big_attempt, 4) is not None  # the big job's share: 4
+    assert _in_flight(svc) == 4
+
+
+def test_a_job_drained_in_another_process_wakes_a_waiter_at_its_share(
+    svc: Services, admin: UserRecord, database_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A waiter whose job holds its share waits only for its own releases, or for the
+    shares to grow: on PostgreSQL the start of another job's last item tells every
+    process at its commit (within 100 ms); on SQLite the fallback poll finds it."""
+    postgresql = svc.engine.dialect.name == "postgresql"
+    if postgresql:  # no fallback poll: only the notification can wake the waiter in time
+        monkeypatch.setattr(gate_module, "POLL_SECONDS", 30.0)
+    worker_id = _worker(svc)
+    big, big_attempt = _running_job(svc, admin)
+    small, small_attempt = _running_job(svc, admin)
+    with _gate_of_another_process(svc, worker_id, database_url) as gate:
+        woke: list[tuple[bool, float]] = []
+
+        def waiter() -> None:
+            mark = gate.mark(big)  # (starts the listener)
+            woke.append((gate.wait(mark, big, True), time.monotonic()))
+
+        thread = threading.Thread(target=waiter)
+        thread.start()
+        wait_for(lambda: _listening(svc))
+        time.sleep(0.2)  # the waiter waits now
+        assert _start_only_item(svc, small, small_attempt) is True
+        drained_at = time.monotonic()
+        thread.join(10)
+        assert woke, "the waiter never woke"
+        delay = woke[0][1] - drained_at
+        if postgresql:
+            assert woke[0][0] is True and delay < 0.1, woke
+        else:
+            assert delay < POLL_SECONDS + 0.5, delay
+    assert _acquire(svc, worker_id, big, big_attempt, 2) is not None
+    assert _acquire(svc, worker_id, big, big_attempt, 2) is not None

@@ -124,7 +124,7 @@ class Calls:
             return items.reserve_and_take(uow, run, len(started.text))
 
         while True:
-            mark, job_mark = items.gate.mark(), items.gate.job_mark(run.job_id)
+            mark = items.gate.mark(run.job_id)
             try:
                 got = items.fenced_tx(run, work)
             except NoSlot as refused:
@@ -132,7 +132,7 @@ class Calls:
                     raise NotSent() from None
                 waiting.set("slot")
                 items.keep_fence(run)
-                items.gate.wait(mark, run.job_id, job_mark if refused.at_share else None)
+                items.gate.wait(mark, run.job_id, refused.at_share)
                 continue
             except BudgetExceeded:
                 # A retry that no longer fits: the item waits, PENDING, for a raised budget.

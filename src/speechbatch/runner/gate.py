@@ -12,7 +12,9 @@ An item that found no slot waits here until a slot is released somewhere:
   a release of any process commits;
 - a slow poll (``POLL_SECONDS``) is the fallback: SQLite across processes, a lost
   notification, a fair share grown because another job ended.
-A waiter whose job holds its fair share waits only for a release of its own job's slots.
+A waiter whose job holds its fair share waits only for a release of its own job's slots,
+or for the share to grow: a job sent its last startable item, or a run ended (in this
+process directly; on PostgreSQL by a ``share`` notification in that same statement).
 
 The pace (``PROVIDER_RPM``) books start times on one row on the database's clock, and a
 429's Retry-After pushes that row forward, pausing new calls across the deployment.
@@ -25,10 +27,11 @@ import threading
 import time
 from collections import defaultdict
 from collections.abc import Callable
-from typing import Protocol, TypeVar
+from typing import NamedTuple, Protocol, TypeVar
 
 from speechbatch.adapters.notifications import listen
-from speechbatch.adapters.repositories.slots import SLOT_CHANNEL, SlotGrant, SlotRepository
+from speechbatch.adapters.repositories.channels import SHARE_PAYLOAD, SLOT_CHANNEL
+from speechbatch.adapters.repositories.slots import SlotGrant, SlotRepository
 from speechbatch.config import Settings
 
 log = logging.getLogger(__name__)
@@ -48,6 +51,14 @@ class SlotTx(Protocol):
     """Runs ``work`` in one short transaction (retrying while the database is away)."""
 
     def __call__(self, work: Callable[[SlotRepository], T]) -> T: ...
+
+
+class Mark(NamedTuple):
+    """What a waiter had seen before its try: releases (all, its job's) and share changes."""
+
+    releases: int
+    job_releases: int
+    shares: int
 
 
 class CallNotStarted(Exception):
@@ -71,6 +82,7 @@ class ProviderGate:
         self._changed = threading.Condition()
         self._releases = 0
         self._job_releases: defaultdict[int, int] = defaultdict(int)
+        self._shares = 0
         # Releases not yet taken up by a waiter (capped at the slots): one release lets
         # one waiter of this process try, not all of them (the others would only lose).
         self._unclaimed = 0
@@ -129,16 +141,11 @@ class ProviderGate:
 
     # Waiting for a release.
 
-    def mark(self) -> int:
-        """How many releases were seen so far; take it BEFORE a try, pass it to ``wait``."""
+    def mark(self, job_id: int) -> Mark:
+        """What was seen so far; take it BEFORE a try, pass it to ``wait``."""
         self._ensure_listener()
         with self._changed:
-            return self._releases
-
-    def job_mark(self, job_id: int) -> int:
-        """How many of the job's slots were released so far (see ``wait``)."""
-        with self._changed:
-            return self._job_releases[job_id]
+            return Mark(self._releases, self._job_releases[job_id], self._shares)
 
     def released(self, job_id: int | None = None, *, lane_goes_on: bool = False) -> None:
         """A slot (of ``job_id``, if known) was given back and committed: wake waiters.
@@ -160,21 +167,33 @@ class ProviderGate:
         """A thread of the job stopped taking items: its job's waiters may use its share."""
         self.released(job_id)
 
-    def wait(self, mark: int, job_id: int, job_mark: int | None) -> bool:
-        """Wait for a release after ``mark`` (with ``job_mark``: one of the job's own,
-        since the job holds its fair share), at most POLL_SECONDS; whether one came.
-        Each release is taken up by one waiter of this process (the one that then
-        tries), so a release does not send every waiter to the database at once."""
+    def share_changed(self) -> None:
+        """Fair shares may have grown (a job sent its last startable item, or a run
+        ended): every waiter at its share tries again."""
+        with self._changed:
+            self._shares += 1
+            self._changed.notify_all()
+
+    def wait(self, mark: Mark, job_id: int, at_share: bool) -> bool:
+        """Wait for a release after ``mark`` (``at_share``: one of the job's own, or a
+        share change), at most POLL_SECONDS; whether one came. Each release is taken up
+        by one waiter of this process (the one that then tries), so a release does not
+        send every waiter to the database at once."""
 
         def came() -> bool:
             if self._closed.is_set():
                 return True
-            if job_mark is not None:
-                if self._job_releases[job_id] == job_mark or not self._job_unclaimed[job_id]:
+            if at_share:
+                if self._shares != mark.shares:
+                    return True
+                if (
+                    self._job_releases[job_id] == mark.job_releases
+                    or not self._job_unclaimed[job_id]
+                ):
                     return False
                 self._job_unclaimed[job_id] -= 1
                 return True
-            if self._releases == mark or not self._unclaimed:
+            if self._releases == mark.releases or not self._unclaimed:
                 return False
             self._unclaimed -= 1
             return True
@@ -211,11 +230,17 @@ class ProviderGate:
             SLOT_CHANNEL,
             # Another process's release (or this one's, echoed): a job's slots are all
             # held by the process that runs it, so only waiters below their share care.
-            on_notify=lambda payload: self.released(),
+            on_notify=self._notified,
             on_listening=self.released,
             closed=self._closed,
             wait_seconds=LISTEN_WAIT_SECONDS,
         )
+
+    def _notified(self, payload: str) -> None:
+        if payload == SHARE_PAYLOAD:
+            self.share_changed()
+        else:
+            self.released()
 
     # The pace.
 

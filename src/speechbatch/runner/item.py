@@ -97,6 +97,8 @@ class Started:
     previous_audio_path: str | None = None
     reused_from: int | None = None
     orphaned_audio_path: str | None = None
+    # The job has no item left to start: the other jobs' fair shares may have grown.
+    drained: bool = False
 
 
 class Items:
@@ -126,7 +128,7 @@ class Items:
         waiting = Waiting(lambda reason, delta: self.count_waiting(run, reason, delta))
         try:
             while True:
-                mark, job_mark = self.gate.mark(), self.gate.job_mark(run.job_id)
+                mark = self.gate.mark(run.job_id)
                 try:
                     started = self.fenced_tx(
                         run, lambda uow: self._start_tx(uow, run, item_id, text, fingerprint)
@@ -136,13 +138,15 @@ class Items:
                         return None
                     waiting.set("slot")
                     self.keep_fence(run)
-                    self.gate.wait(mark, run.job_id, job_mark if refused.at_share else None)
+                    self.gate.wait(mark, run.job_id, refused.at_share)
                     continue
                 except BudgetExceeded:
                     self.over_budget(run, item_id, len(text))
                     return None
                 if started is None:
                     self.fence(run)  # raises Fenced, or the item was not startable
+                elif started.drained:
+                    self.gate.share_changed()
                 return started
         finally:
             waiting.done()
@@ -164,10 +168,17 @@ class Items:
                     fingerprint,
                     reused_from=source,
                     orphaned_audio_path=reused.orphaned_audio_path,
+                    drained=started.drained,
                 )
         reservation, slot = self.reserve_and_take(uow, run, len(started.text))
         return Started(
-            item_id, started.text, fingerprint, slot, reservation, started.previous_audio_path
+            item_id,
+            started.text,
+            fingerprint,
+            slot,
+            reservation,
+            started.previous_audio_path,
+            drained=started.drained,
         )
 
     def reserve_and_take(
@@ -328,20 +339,25 @@ class Items:
 
     def over_budget(self, run: Run, item_id: int, characters: int) -> None:
         """Stop starting items: the organization's budget cannot pay for this call."""
-        try:
-            usage = self.tx(lambda uow: uow.spending.usage(run.organization_id))
-            spent = (
-                f"{usage.billed_characters:,} of {usage.budget_characters or 0:,} characters "
-                f"billed in {usage.month}, {usage.remaining_characters or 0:,} left"
-            )
-        except DatabaseUnavailable:
-            spent = "the usage could not be read"
-        run.over_budget = (
-            f"over budget: {spent}; the next item needs {characters:,}. "
-            "Unsent items stay pending: raise the budget and Retry."
-        )
+        run.over_budget = _over_budget_message(self.tx, run.organization_id, characters)
         metrics.BUDGET_REFUSALS.labels(where="run").inc()
         log.warning(
             "budget refused a call job=%s attempt=%s item=%s characters=%s: %s",
             run.job_id, run.attempt, item_id, characters, run.over_budget,
         )  # fmt: skip
+
+
+def _over_budget_message(tx: Transactions, organization_id: int, characters: int) -> str:
+    """What a run that the budget stopped says: the month's spending and what it needed."""
+    try:
+        usage = tx(lambda uow: uow.spending.usage(organization_id))
+        spent = (
+            f"{usage.billed_characters:,} of {usage.budget_characters or 0:,} characters "
+            f"billed in {usage.month}, {usage.remaining_characters or 0:,} left"
+        )
+    except DatabaseUnavailable:
+        spent = "the usage could not be read"
+    return (
+        f"over budget: {spent}; the next item needs {characters:,}. "
+        "Unsent items stay pending: raise the budget and Retry."
+    )

@@ -166,6 +166,8 @@ class Runner:
             log.exception("run crashed job=%s attempt=%s", run.job_id, run.attempt)
             self._end_after_crash(run, exc)
         finally:
+            # The run no longer wants slots: the other jobs' fair shares may have grown.
+            self.gate.share_changed()
             run.done.set()
             with self._lock:
                 self._runs.pop((run.job_id, run.attempt), None)

@@ -31,6 +31,7 @@ from sqlalchemy.orm import Session
 
 from speechbatch.adapters.db import db_now
 from speechbatch.adapters.models import ItemStatus, JobStatus
+from speechbatch.adapters.repositories.channels import share_notice
 from speechbatch.adapters.repositories.tables import COUNTERS, items, jobs
 
 # Items a run may start: a retry resumes ERROR items without resetting them at the claim.
@@ -47,6 +48,8 @@ class StartedItem:
     previous_audio_path: str | None
     # An item of the organization whose finished audio answers the same request.
     reusable_item_id: int | None = None
+    # The job has no item left to start: fair shares may have grown.
+    drained: bool = False
 
 
 @dataclass(frozen=True)
@@ -88,9 +91,13 @@ class ItemMoves:
         are serialized on that row. False means this run was declared dead or
         superseded: it must write nothing more.
         """
-        return self._fence(job_id, attempt, {})
+        return self._fence(job_id, attempt, {}) is not None
 
-    def _fence(self, job_id: int, attempt: int, deltas: dict[str, ColumnElement[int]]) -> bool:
+    def _fence(
+        self, job_id: int, attempt: int, deltas: dict[str, ColumnElement[int]], *extra: Any
+    ) -> Any:
+        """The job row at the run's attempt, counters moved: its RETURNING row (``extra``
+        columns after its id), or None when fenced."""
         values: dict[str, Any] = {key: jobs.c[key] + delta for key, delta in deltas.items()}
         row = self.session.execute(
             update(jobs)
@@ -100,9 +107,9 @@ class ItemMoves:
                 jobs.c.attempt == attempt,
             )
             .values(updated_at=db_now(), version=jobs.c.version + 1, **values)
-            .returning(jobs.c.id)
+            .returning(jobs.c.id, *extra)
         ).first()
-        return row is not None
+        return row
 
     def _move(
         self,
@@ -114,7 +121,7 @@ class ItemMoves:
     ) -> Any:
         """The fence, then ``move`` (an item UPDATE with RETURNING): its row, or None
         when fenced or the item was not in a status the move takes."""
-        if not self._fence(job_id, attempt, deltas):
+        if self._fence(job_id, attempt, deltas) is None:
             return None
         return self.session.execute(move.where(*_this_item(job_id, item_id))).first()
 
@@ -137,20 +144,28 @@ class ItemMoves:
             .limit(1)
             .scalar_subquery()
         )
-        row = self._move(
+        # After this start, whether the job has no item left to start: its fair share of
+        # slots goes to the other jobs (told to every process at commit).
+        drained = jobs.c.items_pending + jobs.c.items_error == 0
+        fenced = self._fence(
             job_id,
             attempt,
-            item_id,
             counter_deltas(_old_status(job_id, item_id), STARTABLE, ItemStatus.GENERATING),
-            update(items)
-            .where(items.c.status.in_(STARTABLE))
-            .values(status=ItemStatus.GENERATING, error_message=null(), updated_at=db_now())
-            .returning(items.c.text, items.c.audio_path, reusable.label("reusable_id")),
+            drained.label("drained"),
+            *share_notice(self.session, drained),
         )
+        if fenced is None:
+            return None
+        row = self.session.execute(
+            update(items)
+            .where(*_this_item(job_id, item_id), items.c.status.in_(STARTABLE))
+            .values(status=ItemStatus.GENERATING, error_message=null(), updated_at=db_now())
+            .returning(items.c.text, items.c.audio_path, reusable.label("reusable_id"))
+        ).first()
         if row is None:
             return None
         reusable_id = row.reusable_id if reuse_fingerprint is not None else None
-        return StartedItem(row.text, row.audio_path, reusable_id)
+        return StartedItem(row.text, row.audio_path, reusable_id, drained=bool(fenced.drained))
 
     def reuse_audio(
         self, job_id: int, attempt: int, item_id: int, source_item_id: int, fingerprint: str
@@ -172,7 +187,7 @@ class ItemMoves:
         reusable_from = (*STARTABLE, ItemStatus.GENERATING)
         # The counters move only when the item will: the same conditions as its UPDATE.
         old_status = case((source_done, _old_status(job_id, item_id)), else_=literal("-"))
-        if not self._fence(job_id, attempt, counter_deltas(old_status, reusable_from, "DONE")):
+        if self._fence(job_id, attempt, counter_deltas(old_status, reusable_from, "DONE")) is None:
             return FinishedItem(won=False)
         replaced = self._audio_path(job_id, item_id)
         row = self.session.execute(

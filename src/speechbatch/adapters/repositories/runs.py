@@ -13,6 +13,7 @@ from sqlalchemy.orm import Session
 
 from speechbatch.adapters.db import db_now
 from speechbatch.adapters.models import ItemStatus, JobStatus, RunOutcome
+from speechbatch.adapters.repositories.channels import share_notice
 from speechbatch.adapters.repositories.items import STARTABLE, FinishedItem, ItemMoves, StartedItem
 from speechbatch.adapters.repositories.jobs import (
     fail_in_flight_counters,
@@ -165,7 +166,8 @@ class RunsRepository(ItemMoves):
                 *extra,
             )
             .values(**values)
-            .returning(jobs.c.status, jobs.c.error_message)
+            # A run that ends may grow the other jobs' fair shares of the provider slots.
+            .returning(jobs.c.status, jobs.c.error_message, *share_notice(self.session))
         ).first()
         return None if row is None else (row.status, row.error_message)
 

@@ -46,10 +46,8 @@ from sqlalchemy.sql.expression import FunctionElement
 
 from speechbatch.adapters.db import UTCDateTime, ago, db_now, later
 from speechbatch.adapters.models import JobStatus, ProviderPace, ProviderSlot, RunOutcome
+from speechbatch.adapters.repositories.channels import SLOT_CHANNEL
 from speechbatch.adapters.repositories.tables import jobs, runs, workers
-
-# The PostgreSQL channel a slot's release notifies (see ``runner/gate.py``).
-SLOT_CHANNEL = "speechbatch_slots"
 
 provider_slots = cast(Table, ProviderSlot.__table__)
 provider_pace = cast(Table, ProviderPace.__table__)
@@ -128,14 +126,14 @@ class _Limits:
         )
 
     def share(self) -> ColumnElement[int]:
-        """A job's fair share: ceil(capacity / GENERATING jobs), integer arithmetic."""
-        running = type_coerce(
-            _greatest(
-                literal(1, Integer),
-                select(func.count()).where(jobs.c.status == JobStatus.GENERATING).scalar_subquery(),
-            ),
-            Integer,
+        """A job's fair share: ceil(capacity / GENERATING jobs that still have items to
+        start), integer arithmetic. A job whose last items are in flight wants no more
+        slots, so the others may take what it gives back."""
+        wanting = select(func.count()).where(
+            jobs.c.status == JobStatus.GENERATING,
+            jobs.c.items_pending + jobs.c.items_error > 0,
         )
+        running = type_coerce(_greatest(literal(1, Integer), wanting.scalar_subquery()), Integer)
         return (literal(self.capacity, Integer) + running - 1) // running
 
 
