@@ -3,11 +3,12 @@
 ``start_export`` takes the organization's ``audio_export`` lock and inserts the export row
 in one transaction, then builds the archive in a background thread of this process. The
 builder holds no transaction while it packs files: it renews the lock in short
-transactions (at least every third of the lease), writes the ZIP to a temp file next to
-its final name and renames it into place, then marks the export COMPLETED and releases
-the lock in one transaction that is fenced by the grant's id. A holder that dies stops
-renewing; the next read of the export (``get_export``) flips it to FAILED once the lease
-has run out, and the next ``start_export`` reclaims the expired lock.
+transactions (at least every third of the lease), writes the ZIP to a local temp file and
+hands it to the storage (``write_file``: whole or absent, in parts on a bucket), then
+marks the export COMPLETED and releases the lock in one transaction that is fenced by
+the grant's id. A holder that dies stops renewing; the next read of the export
+(``get_export``) flips it to FAILED once the lease has run out, and the next
+``start_export`` reclaims the expired lock.
 """
 
 from __future__ import annotations
@@ -227,26 +228,16 @@ class ExportBuilder:
         with self._uow_factory(read_only=True) as uow:
             audio = uow.exports.done_audio(task.organization_id)
         key = export_key(task.organization_id, task.export_id)
-        final = self._storage.path(key)
-        final.parent.mkdir(parents=True, exist_ok=True)
         self._renew()
-        # Holding the organization's lock, nobody else writes this folder: temp files
-        # here are leftovers of a holder that died.
-        for leftover in final.parent.glob(".tmp-*"):
-            leftover.unlink(missing_ok=True)
-        fd, tmp_name = tempfile.mkstemp(dir=final.parent, prefix=".tmp-", suffix=".zip")
-        tmp = Path(tmp_name)
-        try:
-            with os.fdopen(fd, "w+b") as f:
-                count = self._write_zip(f, audio)
-                f.flush()
-                os.fsync(f.fileno())
+        # Built in a local temporary file (deleted on close, and by the system's cleaning
+        # of its temp folder if this process is killed), then handed to the storage whole:
+        # a folder renames it into place, a bucket uploads it in parts.
+        with tempfile.NamedTemporaryFile(prefix="speechbatch-export-", suffix=".zip") as f:
+            count = self._write_zip(f, audio)
+            f.flush()
             # Publish only while the grant is still ours (and for a full lease more).
             self._renew(force=True)
-            os.replace(tmp, final)
-        except BaseException:
-            tmp.unlink(missing_ok=True)
-            raise
+            self._storage.write_file(key, Path(f.name))
         try:
             with self._uow_factory() as uow:
                 won = uow.exports.complete_export(task.export_id, task.lock_id, task.holder, key)
