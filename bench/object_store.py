@@ -140,7 +140,7 @@ def main() -> None:
         try:
             os.environ.update(server.env())
             env = {**os.environ, "PYTHONPATH": str(ROOT / "src")}
-            writes = {}
+            writes: dict[str, dict[str, Any]] = {}
             for lib in ("boto3", "obstore", "boto3", "obstore"):  # interleaved, best of two
                 got = item_writes(lib, server, args.items)
                 if lib not in writes or got["puts_per_second"] > writes[lib]["puts_per_second"]:
@@ -155,7 +155,7 @@ def main() -> None:
             with source.open("wb") as f:
                 for _ in range(args.size_mb):
                     f.write(os.urandom(1024 * 1024))
-            uploads = {}
+            uploads: dict[str, dict[str, Any]] = {}
             for lib in ("boto3", "obstore", "folder"):
                 target = str(Path(tmp) / "folder") if lib == "folder" else server.new_bucket()
                 uploads[lib] = big_upload(lib, target, source, env)

@@ -16,7 +16,6 @@ import pytest
 
 from speechbatch.adapters.storage import LocalStorage, build_storage
 from speechbatch.config import Settings
-from speechbatch.errors import ConfigError
 from speechbatch.services.ports import Storage
 from tests.conftest import STORAGES
 from tests.helpers import wait_for
@@ -110,15 +109,6 @@ def test_keys_never_escape(storage: Storage) -> None:
     for key in ("../outside.mp3", "jobs/../../outside.mp3"):
         with pytest.raises(ValueError):
             storage.write(key, b"x")
-
-
-def test_a_malformed_storage_url_stops_the_app_with_one_line() -> None:
-    for url in ("s3://", "s3://UPPER/x", "http://host/bucket", "s3://b?x=1"):
-        with pytest.raises(ConfigError, match="SPEECHBATCH_STORAGE_URL"):
-            Settings(storage_url=url).validate()
-    assert Settings(storage_url="s3://my-bucket/a/b/").storage.prefix == "a/b/"
-    assert Settings(storage_url="file:///srv/audio").storage.folder == "/srv/audio"
-    assert Settings(storage_url="/srv/audio", storage_dir="/x").storage.folder == "/srv/audio"
 
 
 # A child process that writes a big file slowly (a folder's copy sleeps between chunks; a
