@@ -258,12 +258,10 @@ class Items:
 
     def delete_orphan(self, key: str | None) -> None:
         """Delete audio that an item's finish replaced and nothing refers to any more."""
-        if key is None:
-            return
         try:
-            self.storage.delete(key)
-        except OSError as exc:
-            # Nothing refers to it: gc deletes it later; the item's outcome stands.
+            if key is not None:
+                self.storage.delete(key)
+        except OSError as exc:  # nothing refers to it: gc deletes it later
             log.warning("could not delete unreferenced audio %s: %s", key, exc)
 
     def reused(self, run: Run, item_id: int, source_item_id: int) -> None:
