@@ -48,6 +48,10 @@ MANIFEST_HEADER = (
     "job_id", "job_title", "position", "text", "voice", "file_name", "bytes", "sha256",
 )  # fmt: skip
 _CHUNK = 1024 * 1024
+# Archives being built, in the system's temp folder: .tmp-DEPLOYMENT-ORG-XXXX.zip, where
+# DEPLOYMENT tells apart the databases of deployments (or tests) that share a machine.
+SCRATCH_FOLDER = "speechbatch-exports"
+TEMP_PREFIX = ".tmp-"
 _BUILDERS: weakref.WeakSet[ExportBuilder] = weakref.WeakSet()
 
 
@@ -140,6 +144,7 @@ def start_export(
         lock_id=grant.id,
         holder=holder,
         ttl_seconds=ttl,
+        deployment=hashlib.sha256(settings.database_url.encode()).hexdigest()[:12],
     )
     ExportBuilder(uow_factory, storage, task).start()
     return export_view(record)
@@ -185,6 +190,7 @@ class ExportTask:
     lock_id: int
     holder: str
     ttl_seconds: float
+    deployment: str = ""
 
 
 class _LockLost(Exception):
@@ -229,10 +235,15 @@ class ExportBuilder:
             audio = uow.exports.done_audio(task.organization_id)
         key = export_key(task.organization_id, task.export_id)
         self._renew()
-        # Built in a local temporary file (deleted on close, and by the system's cleaning
-        # of its temp folder if this process is killed), then handed to the storage whole:
-        # a folder renames it into place, a bucket uploads it in parts.
-        with tempfile.NamedTemporaryFile(prefix="speechbatch-export-", suffix=".zip") as f:
+        # Built in a local temporary file (deleted on close), then handed to the storage
+        # whole: a folder renames it into place, a bucket uploads it in parts.
+        scratch = scratch_dir()
+        prefix = f"{TEMP_PREFIX}{task.deployment}-{task.organization_id}-"
+        # Holding the organization's lock, no live builder of this deployment writes such
+        # a file: any there is a leftover of a holder that was killed.
+        for leftover in scratch.glob(prefix + "*"):
+            leftover.unlink(missing_ok=True)
+        with tempfile.NamedTemporaryFile(dir=scratch, prefix=prefix, suffix=".zip") as f:
             count = self._write_zip(f, audio)
             f.flush()
             # Publish only while the grant is still ours (and for a full lease more).
@@ -335,6 +346,13 @@ class ExportBuilder:
                 uow.commit()
         except Exception:
             log.exception("could not release lock %s", self.task.lock_id)
+
+
+def scratch_dir() -> Path:
+    """This machine's folder of archives being built (under TMPDIR)."""
+    folder = Path(tempfile.gettempdir()) / SCRATCH_FOLDER
+    folder.mkdir(exist_ok=True)
+    return folder
 
 
 def wait_for_exports(timeout: float) -> bool:
