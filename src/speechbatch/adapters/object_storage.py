@@ -26,7 +26,8 @@ from botocore.exceptions import BotoCoreError, ClientError
 
 from speechbatch.adapters.storage import StorageUnavailable
 
-# Parts of 8 MiB, four in flight: a 500 MB upload holds about 32 MB of parts at once.
+# Parts of 8 MiB, four in flight, each read from the file as it is sent: a 500 MB upload
+# measured 12 MB above idle (bench/object_store.py).
 PART_SIZE = 8 * 1024 * 1024
 TRANSFER = TransferConfig(
     multipart_threshold=PART_SIZE,
