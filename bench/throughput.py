@@ -130,8 +130,12 @@ def one_round(app: Deployment, label: str, jobs: int, items: int, hz: float) -> 
     }
 
 
-def measure(params: dict[str, Any], rounds: int) -> tuple[list[dict[str, Any]], dict[str, int]]:
-    """A warm-up round, then ``rounds`` rounds; each round's figures and the provider's."""
+def measure(
+    params: dict[str, Any], rounds: int, storage: dict[str, str] | None = None
+) -> tuple[list[dict[str, Any]], dict[str, int]]:
+    """A warm-up round, then ``rounds`` rounds; each round's figures and the provider's.
+
+    ``storage``: extra settings (``{"STORAGE_URL": "s3://..."}``); none: the folder."""
     jobs, items, hz = params["jobs"], params["items"], params["poll_hz"]
     results: list[dict[str, Any]] = []
     with (
@@ -141,6 +145,7 @@ def measure(params: dict[str, Any], rounds: int) -> tuple[list[dict[str, Any]], 
             workers=params["workers"],
             PROVIDER_CONCURRENCY=SLOTS,
             ITEM_CONCURRENCY=params["item_concurrency"],
+            **dict[str, Any](storage or {}),
         ) as app,
     ):
         one_round(app, "warm-up", jobs, 8, hz)

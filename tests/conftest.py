@@ -23,6 +23,7 @@ from speechbatch.config import Settings
 from speechbatch.services import create_token
 from tests.fakes import FakeProvider
 from tests.helpers import new_admin
+from tests.support.seaweed import SeaweedServer
 from tests.support.server import pg_unreachable_reason
 from tests.support.workers import (
     SUMMARIES,
@@ -37,6 +38,9 @@ PG_ADMIN_DSN = os.environ.get(
 PG_URL_BASE = PG_ADMIN_DSN.rsplit("/", 1)[0].replace("postgresql://", "postgresql+psycopg://", 1)
 IN_CI = os.environ.get("CI", "").strip().lower() in ("1", "true", "yes")
 BACKENDS = ["sqlite", "postgresql"]
+# The storage tests run on both: ``@pytest.mark.parametrize("storage_kind", STORAGES,
+# indirect=True)``; every other test keeps the folder.
+STORAGES = ["folder", "s3"]
 
 
 @pytest.hookimpl(optionalhook=True)
@@ -137,13 +141,49 @@ def database_url(request: pytest.FixtureRequest, backend: str, tmp_path: Path) -
     yield from make_database(request, backend, tmp_path)
 
 
+@pytest.fixture(scope="session")
+def seaweed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SeaweedServer]:
+    """A SeaweedFS S3 server for the session (skipped, or failed under CI=true, when it
+    cannot start)."""
+    server = SeaweedServer(tmp_path_factory.mktemp("seaweed"))
+    try:
+        server.start()
+    except RuntimeError as exc:
+        if IN_CI:
+            pytest.fail(f"SeaweedFS is required under CI and did not start: {exc}")
+        pytest.skip(f"SeaweedFS did not start: {exc}")
+    yield server
+    server.stop()
+
+
 @pytest.fixture
-def settings(database_url: str, tmp_path: Path) -> Settings:
+def storage_kind(request: pytest.FixtureRequest) -> str:
+    """``folder`` unless a test parametrizes it (indirect) over STORAGES."""
+    return str(getattr(request, "param", "folder"))
+
+
+@pytest.fixture
+def storage_url(
+    request: pytest.FixtureRequest, storage_kind: str, monkeypatch: pytest.MonkeyPatch
+) -> str | None:
+    """SPEECHBATCH_STORAGE_URL for the test: None (the folder) or a fresh bucket, with the
+    standard AWS variables pointing at the session's SeaweedFS."""
+    if storage_kind == "folder":
+        return None
+    server: SeaweedServer = request.getfixturevalue("seaweed")
+    for name, value in server.env().items():
+        monkeypatch.setenv(name, value)
+    return f"s3://{server.new_bucket()}/speechbatch"
+
+
+@pytest.fixture
+def settings(database_url: str, tmp_path: Path, storage_url: str | None) -> Settings:
     """Settings for tests: short timeouts, a lease that validation accepts."""
     return Settings(
         database_url=database_url,
         secret_key="test-secret",
         storage_dir=str(tmp_path / "audio"),
+        storage_url=storage_url,
         tts_timeout_seconds=1.0,
         tts_max_attempts=2,
         lease_seconds=30.0,

@@ -18,11 +18,12 @@ from speechbatch.adapters.db import make_engine, make_session_factory
 from speechbatch.adapters.providers import build_provider
 from speechbatch.adapters.providers.base import TTSProvider
 from speechbatch.adapters.read import DocumentCache
-from speechbatch.adapters.storage import LocalStorage
+from speechbatch.adapters.storage import build_storage
 from speechbatch.adapters.uow import SessionUowFactory, UowFactory
 from speechbatch.config import Settings
 from speechbatch.runner.lifecycle import Runner, drain_all
 from speechbatch.services import Limits
+from speechbatch.services.ports import Storage
 
 TEMPLATES_DIR = Path(__file__).resolve().parents[2] / "templates"
 STATIC_DIR = Path(__file__).resolve().parent / "static"
@@ -46,7 +47,7 @@ class Services:
     engine: Engine
     uow_factory: UowFactory
     provider: TTSProvider
-    storage: LocalStorage
+    storage: Storage
     runner: Runner
     # The engine of one-statement reads (autocommit, read-only sessions): the common poll.
     statement_engine: Engine | None = None
@@ -126,7 +127,7 @@ def build_services(settings: Settings, provider: TTSProvider | None = None) -> S
         make_session_factory(engine), make_session_factory(statement_engine)
     )
     provider = provider or build_provider(settings)
-    storage = LocalStorage(settings.storage_dir)
+    storage = build_storage(settings)
     listen_dsn = None
     if engine.dialect.name == "postgresql":
         # The slot listener's own connection (LISTEN): a plain psycopg DSN.

@@ -9,7 +9,7 @@ import tempfile
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from urllib.parse import urlsplit
+from urllib.parse import unquote, urlsplit
 
 from speechbatch.errors import ConfigError
 
@@ -19,6 +19,42 @@ OPENAI_VOICES = (
     "alloy", "ash", "ballad", "coral", "echo", "fable", "nova", "onyx", "sage", "shimmer", "verse",
 )  # fmt: skip
 DEFAULT_INSTANCE_DIR = Path("instance")
+BOOLEANS = {"true": True, "1": True, "yes": True, "false": False, "0": False, "no": False}
+
+
+@dataclass(frozen=True)
+class StorageLocation:
+    """A folder (``folder`` set) or a bucket with a key prefix (``bucket`` set)."""
+
+    folder: str | None = None
+    bucket: str | None = None
+    prefix: str = ""
+
+
+def storage_location(url: str | None, folder: str) -> StorageLocation:
+    """Parse SPEECHBATCH_STORAGE_URL: a path, ``file://PATH`` or ``s3://BUCKET/PREFIX``."""
+    if not url:
+        return StorageLocation(folder=folder)
+    parts = urlsplit(url)
+    if parts.scheme == "s3":
+        bucket = parts.netloc
+        # S3's bucket names: 3 to 63 lower-case letters, digits, dots and hyphens.
+        ok = 3 <= len(bucket) <= 63 and all(c.islower() or c.isdigit() or c in ".-" for c in bucket)
+        if not ok or parts.query or parts.fragment:
+            raise ConfigError(
+                f"SPEECHBATCH_STORAGE_URL must be s3://BUCKET/PREFIX with a valid bucket name, "
+                f"not {url!r}"
+            )
+        prefix = parts.path.strip("/")
+        return StorageLocation(bucket=bucket, prefix=prefix + "/" if prefix else "")
+    if parts.scheme == "file" and parts.netloc in ("", "localhost") and parts.path:
+        return StorageLocation(folder=unquote(parts.path))
+    if "://" in url or parts.scheme == "file":
+        raise ConfigError(
+            "SPEECHBATCH_STORAGE_URL must be a folder path, a file:// URL or s3://BUCKET/PREFIX, "
+            f"not {url!r}"
+        )
+    return StorageLocation(folder=url)
 
 
 @dataclass(frozen=True)
@@ -53,6 +89,10 @@ class Settings:
     trusted_proxies: int = 0
     # When set, GET /metrics needs "Authorization: Bearer" with it.
     metrics_token: str | None = field(default=None, repr=False)
+    # A folder path, a file:// URL or s3://BUCKET/PREFIX; wins over storage_dir when set.
+    storage_url: str | None = None
+    # Downloads from a bucket answer a redirect to a presigned URL instead of the bytes.
+    storage_presigned_downloads: bool = False
 
     @property
     def item_worst_case_seconds(self) -> float:
@@ -64,6 +104,11 @@ class Settings:
     def is_sqlite(self) -> bool:
         """Whether the database is the embedded SQLite default."""
         return self.database_url.startswith("sqlite")
+
+    @property
+    def storage(self) -> StorageLocation:
+        """Where audio, exports and renders live (raises ConfigError when malformed)."""
+        return storage_location(self.storage_url, self.storage_dir)
 
     @property
     def is_production(self) -> bool:
@@ -116,6 +161,7 @@ class Settings:
             raise ConfigError(
                 f"SPEECHBATCH_CURRENCY must be a currency code, not {self.currency!r}"
             )
+        self.storage  # noqa: B018 (raises ConfigError when malformed)
         if self.worker_dead_seconds <= 0:
             raise ConfigError("SPEECHBATCH_WORKER_DEAD_SECONDS must be positive")
         if self.lease_seconds <= self.item_worst_case_seconds:
@@ -149,7 +195,8 @@ class Settings:
                 raise ConfigError(f"{var} must be a number, not {raw!r}") from None
 
         for name in ("database_url", "secret_key", "env", "tts_base_url", "tts_api_key",
-                     "tts_model", "storage_dir", "currency", "metrics_token"):  # fmt: skip
+                     "tts_model", "storage_dir", "currency", "metrics_token",
+                     "storage_url"):  # fmt: skip
             raw = env.get("SPEECHBATCH_" + name.upper())
             if raw:
                 values[name] = raw.strip()
@@ -165,6 +212,14 @@ class Settings:
         for name in ("item_concurrency", "tts_max_attempts", "provider_concurrency",
                      "provider_rpm", "trusted_proxies"):  # fmt: skip
             number(name, int)
+        presigned = env.get("SPEECHBATCH_STORAGE_PRESIGNED_DOWNLOADS", "").strip().lower()
+        if presigned:
+            if presigned not in BOOLEANS:
+                raise ConfigError(
+                    "SPEECHBATCH_STORAGE_PRESIGNED_DOWNLOADS must be true or false, "
+                    f"not {presigned!r}"
+                )
+            values["storage_presigned_downloads"] = BOOLEANS[presigned]
         if values.get("env", "development") == "development" and "secret_key" not in values:
             values["secret_key"] = shared_secret_key(instance_dir or DEFAULT_INSTANCE_DIR)
         settings = cls(**values)  # type: ignore[arg-type]

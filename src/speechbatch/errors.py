@@ -138,3 +138,10 @@ class DatabaseUnavailable(DatabaseError):
 
     code = "unavailable"
     status = 503
+
+
+class StorageUnreachable(SpeechbatchError):
+    """The file storage did not answer; try again shortly."""
+
+    code = "storage_unavailable"
+    status = 503

@@ -81,7 +81,12 @@ def server(env: dict[str, str], api_token: str, tmp_path: Path) -> Iterator[Guni
     module_dir = tmp_path / "wsgi"
     module_dir.mkdir()
     (module_dir / "slow_export_wsgi.py").write_text(SLOW_WSGI.format(delay=READ_DELAY_SECONDS))
-    server_env = {**env, "SPEECHBATCH_EXPORT_LOCK_TTL_SECONDS": f"{LOCK_TTL_SECONDS:g}"}
+    server_env = {
+        **env,
+        "SPEECHBATCH_EXPORT_LOCK_TTL_SECONDS": f"{LOCK_TTL_SECONDS:g}",
+        # Archives are built in TMPDIR/speechbatch-exports: the test's own, to look into.
+        "TMPDIR": str(tmp_path),
+    }
     server = SlowExportServer(
         server_env, tmp_path, workers=1, threads=4, name="export", module_dir=module_dir
     )
@@ -154,7 +159,8 @@ def test_sigkilled_export_holder_is_recovered_and_the_next_export_succeeds(
     killed_at = time.monotonic()
     expiry_at_kill = expiry(db, lock.id)  # a dead holder renews no more
     exports_dir = tmp_path / "audio" / "exports" / str(lock.organization_id)
-    leftovers = list(exports_dir.glob(".tmp-*"))
+    scratch = tmp_path / "speechbatch-exports"
+    leftovers = list(scratch.glob(f".tmp-*-{lock.organization_id}-*.zip"))
     assert leftovers, "the holder was killed before it began writing"
     server.wait_for_workers(exclude={holder_pid})
 
@@ -209,3 +215,4 @@ def test_sigkilled_export_holder_is_recovered_and_the_next_export_succeeds(
     assert len(rows) == 2
     assert all(r.released_at is not None for r in rows)
     assert sorted(p.name for p in exports_dir.iterdir()) == [f"export-{second_id}.zip"]
+    assert list(scratch.iterdir()) == []

@@ -15,7 +15,6 @@ import threading
 import time
 import zipfile
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any, BinaryIO
 
 import pytest
@@ -29,7 +28,6 @@ from speechbatch.adapters.models import Item
 from speechbatch.adapters.repositories import UserRecord
 from speechbatch.adapters.repositories.exports import ExportRepository, exports
 from speechbatch.adapters.repositories.job_locks import LockRepository, job_locks
-from speechbatch.adapters.storage import LocalStorage
 from speechbatch.app import Services
 from speechbatch.config import Settings
 from speechbatch.services import create_admin, create_token
@@ -39,18 +37,22 @@ from speechbatch.services.exports import (
     spreadsheet_safe,
     wait_for_exports,
 )
-from tests.conftest import close_services, with_settings
+from speechbatch.services.ports import Storage
+from tests.conftest import STORAGES, close_services, with_settings
 from tests.fakes import FakeProvider, fake_audio
 from tests.helpers import concrete, wait_for
+from tests.support.storages import StorageProxy, stored_keys
 
+# Every test here runs on the folder and on a bucket (SeaweedFS).
+pytestmark = pytest.mark.parametrize("storage_kind", STORAGES, indirect=True)
 EXPORT_KEYS = {"id", "status", "error_message", "download_url", "created_at", "finished_at"}
 
 
-class GatedStorage(LocalStorage):
+class GatedStorage(StorageProxy):
     """Reads wait for a gate (or sleep), so a test can catch a builder mid-export."""
 
-    def __init__(self, root: str | Path, gate: threading.Event | None = None, delay: float = 0):
-        super().__init__(root)
+    def __init__(self, inner: Storage, gate: threading.Event | None = None, delay: float = 0):
+        super().__init__(inner)
         self.gate = gate
         self.delay = delay
         self.opened = threading.Event()
@@ -64,7 +66,7 @@ class GatedStorage(LocalStorage):
         return super().open(key)
 
 
-class BrokenStorage(LocalStorage):
+class BrokenStorage(StorageProxy):
     """Every read fails as a disk would."""
 
     def open(self, key: str) -> BinaryIO:
@@ -83,7 +85,7 @@ def gate(svc: Services) -> Iterator[threading.Event]:
     """Hold every export's reads until the test sets the gate (set at teardown anyway)."""
     event = threading.Event()
     plain = svc.storage
-    svc.storage = GatedStorage(plain.root, event)
+    svc.storage = GatedStorage(plain, event)
     try:
         yield event
     finally:
@@ -190,8 +192,8 @@ def test_export_end_to_end_through_the_api(
         assert row["job_title"] == "export me"
     # The lock was released at the end, and the archive is the only file left.
     assert all(r.released_at is not None for r in lock_rows(svc))
-    folder = svc.storage.path(f"exports/{_org(svc)}")
-    assert [p.name for p in folder.iterdir()] == [f"export-{started['id']}.zip"]
+    exported = [k for k in stored_keys(svc.storage) if k.startswith("exports/")]
+    assert exported == [f"exports/{_org(svc)}/export-{started['id']}.zip"]
     # Exporting never calls the (billed) provider.
     assert provider.total_calls() == 5
 
@@ -400,7 +402,7 @@ def test_slow_export_that_renews_its_lock_is_never_recovered(
         with_settings(settings, export_lock_ttl_seconds=ttl), provider=provider
     )
     slow_svc: Services = slow_app.extensions["speechbatch"]
-    slow_svc.storage = GatedStorage(slow_svc.storage.root, delay=0.15)
+    slow_svc.storage = GatedStorage(slow_svc.storage, delay=0.15)
     slow = slow_app.test_client()
     try:
         export_id = start(slow, auth)["id"]
@@ -428,7 +430,7 @@ def test_failed_build_ends_failed_and_releases_the_lock(
 ) -> None:
     finished_job(client, auth, ["one"])
     plain = svc.storage
-    svc.storage = BrokenStorage(plain.root)
+    svc.storage = BrokenStorage(plain)
 
     failed = wait_ended(client, auth, start(client, auth)["id"])
     svc.storage = plain
@@ -437,7 +439,7 @@ def test_failed_build_ends_failed_and_releases_the_lock(
     assert failed["error_message"].startswith("export failed: ")
     assert "Permission denied" in failed["error_message"]
     assert all(r.released_at is not None for r in lock_rows(svc))
-    assert not list(svc.storage.path(f"exports/{_org(svc)}").glob(".tmp-*"))
+    assert not [k for k in stored_keys(svc.storage) if k.startswith("exports/")]
     assert wait_ended(client, auth, start(client, auth)["id"])["status"] == "COMPLETED"
 
 

@@ -19,10 +19,11 @@ from speechbatch.app import Services
 from speechbatch.config import Settings
 from speechbatch.runner import call as runner_module
 from speechbatch.services import get_job, start_generation
-from tests.conftest import close_services, services, with_settings
+from tests.conftest import STORAGES, close_services, services, with_settings
 from tests.fakes import FakeProvider, fake_audio, permanent, retryable
 from tests.helpers import new_job, statuses, view, wait_for
 from tests.support.fake_provider import FakeProvider as HttpFakeProvider
+from tests.support.storages import read_stored, stored_keys
 
 
 def _run(svc: Services, user: UserRecord, job_id: int, regenerate: bool = False) -> dict[str, Any]:
@@ -32,10 +33,11 @@ def _run(svc: Services, user: UserRecord, job_id: int, regenerate: bool = False)
     )
 
 
-def _audio_files(svc: Services) -> list[Path]:
-    return sorted(p for p in svc.storage.root.rglob("*") if p.is_file())
+def _audio_files(svc: Services) -> list[str]:
+    return stored_keys(svc.storage)
 
 
+@pytest.mark.parametrize("storage_kind", STORAGES, indirect=True)
 def test_run_completes_every_item_with_audio(
     svc: Services, admin: UserRecord, provider: FakeProvider
 ) -> None:
@@ -49,9 +51,9 @@ def test_run_completes_every_item_with_audio(
         with svc.uow_factory() as uow:
             key = uow.views.item_audio(job_id, item["id"], admin.organization_id)
         assert key is not None and "-a1." in key  # the path carries the attempt
-        assert svc.storage.path(key).read_bytes() == fake_audio(item["text"])
+        assert read_stored(svc.storage, key) == fake_audio(item["text"])
     assert all(n == 1 for n in provider.calls.values())
-    assert not [p for p in _audio_files(svc) if p.name.startswith(".tmp")]
+    assert not [k for k in _audio_files(svc) if "/.tmp" in k]
 
 
 def test_item_failure_fails_the_job_and_retry_resumes_without_paying_twice(
@@ -92,7 +94,7 @@ def test_regenerate_sends_every_item_again_and_replaces_audio(
     job = _run(svc, admin, job_id, regenerate=True)
     assert job["status"] == "COMPLETED"
     assert all(n == 2 for n in provider.calls.values())
-    names = [p.name for p in _audio_files(svc)]
+    names = [k.rsplit("/", 1)[-1] for k in _audio_files(svc)]
     assert len(names) == 3 and all("-a2." in n for n in names)  # old audio replaced
 
 

@@ -6,7 +6,7 @@ import os
 import threading
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import Any, cast
 
 import pytest
 from flask.testing import FlaskClient
@@ -16,15 +16,17 @@ from speechbatch import create_app
 from speechbatch.adapters.models import Item
 from speechbatch.adapters.repositories import UserRecord
 from speechbatch.adapters.repositories.ledger import Reservation, SpendingRepository
+from speechbatch.adapters.storage import LocalStorage
 from speechbatch.app import Services
 from speechbatch.errors import BudgetExceeded
 from speechbatch.runner import audio_key as runner_audio_key
 from speechbatch.services import create_job, spending, start_generation
 from speechbatch.services.spending import cancel_generation
-from tests.conftest import close_services, services
-from tests.fakes import FakeProvider, retryable
+from tests.conftest import STORAGES, close_services, services
+from tests.fakes import FakeProvider, fake_audio, retryable
 from tests.helpers import LIMITS, concrete, new_admin, new_job, statuses, view, wait_for
 from tests.integration.test_pages import sign_in, text_of
+from tests.support.storages import read_stored, stored_keys
 
 
 class GatedProvider(FakeProvider):
@@ -117,7 +119,8 @@ def test_cancel_mid_run_stops_it_and_retry_resumes_without_paying_twice(
     job = finished(svc, admin, job_id)
     assert provider.total_calls() == calls_at_answer  # no call started after the answer
     assert job == after_answer  # and nothing changed
-    assert not [p for p in svc.storage.root.rglob("*-a1.mp3") if "/5-" in str(p) or "/6-" in str(p)]
+    left = [k for k in stored_keys(svc.storage) if k.endswith("-a1.mp3")]
+    assert not [k for k in left if "/5-" in k or "/6-" in k]
 
     provider.held = set()
     job = run(svc, admin, job_id)  # Retry resumes
@@ -129,6 +132,7 @@ def test_cancel_mid_run_stops_it_and_retry_resumes_without_paying_twice(
     assert usage(svc, admin)["billed_characters"] == received_characters(provider)
 
 
+@pytest.mark.parametrize("storage_kind", STORAGES, indirect=True)
 def test_cancel_from_another_process_discards_the_answers_in_flight_and_their_files(
     svc: Services, admin: UserRecord
 ) -> None:
@@ -154,8 +158,8 @@ def test_cancel_from_another_process_discards_the_answers_in_flight_and_their_fi
         wait_for(lambda: not svc.runner.live_runs(), timeout=20)
         assert view(svc, admin, job_id) == after_answer
         keys = [runner_audio_key(job_id, item, 1, provider.file_extension) for item in in_flight]
-        assert not [k for k in keys if (svc.storage.root / k).exists()]
-        assert not list(svc.storage.root.rglob(".tmp-*"))
+        assert not [k for k in keys if svc.storage.exists(k)]
+        assert not [k for k in stored_keys(svc.storage) if "/.tmp-" in k]
         assert provider.total_calls() == 4
         # The two discarded calls were paid for: the ledger says so.
         assert usage(svc, admin)["billed_characters"] == received_characters(provider)
@@ -404,6 +408,7 @@ def test_regenerate_pays_again_and_later_jobs_reuse_its_new_audio(
     assert provider.calls["Good morning"] == 2
 
 
+@pytest.mark.parametrize("storage_kind", STORAGES, indirect=True)
 def test_shared_audio_survives_a_regenerate_and_gc(
     svc: Services, admin: UserRecord, client: FlaskClient, auth: dict[str, str]
 ) -> None:
@@ -419,6 +424,7 @@ def test_shared_audio_survives_a_regenerate_and_gc(
     assert download(client, second["items"][0]["audio_url"], auth) is not None
 
 
+@pytest.mark.parametrize("storage_kind", STORAGES, indirect=True)
 def test_audio_a_regenerate_replaces_is_deleted_when_nothing_refers_to_it(
     svc: Services, admin: UserRecord
 ) -> None:
@@ -429,6 +435,7 @@ def test_audio_a_regenerate_replaces_is_deleted_when_nothing_refers_to_it(
     assert not svc.storage.exists(old_key)
 
 
+@pytest.mark.parametrize("storage_kind", STORAGES, indirect=True)
 def test_regenerates_of_a_job_with_duplicates_leave_no_unreferenced_file(
     svc: Services, admin: UserRecord
 ) -> None:
@@ -441,11 +448,7 @@ def test_regenerates_of_a_job_with_duplicates_leave_no_unreferenced_file(
         job = run(svc, admin, job_id, regenerate=True)
         assert statuses(job) == ["DONE"] * 3
     referenced = {audio_key(svc, admin, job_id, item["id"]) for item in job["items"]}
-    stored = {
-        path.relative_to(svc.storage.root).as_posix()
-        for path in svc.storage.root.rglob("*")
-        if path.is_file()
-    }
+    stored = set(stored_keys(svc.storage))
     assert len(referenced) == 2
     assert stored == referenced
 
@@ -459,19 +462,48 @@ def test_gc_deletes_old_unreferenced_and_temporary_files_only(
     job = run(svc, admin, job_of(svc, admin, ["Keep me"]))
     kept = audio_key(svc, admin, job["id"], job["items"][0]["id"])
     assert kept is not None
+    folder = cast(LocalStorage, svc.storage)
     for key in ("jobs/999/1-a1.mp3", "jobs/999/.tmp-abc.mp3", "jobs/998/fresh.mp3"):
-        path = svc.storage.path(key)
+        path = folder.path(key)
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_bytes(b"x")
     two_hours_ago = time.time() - 7200
     for key in (kept, "jobs/999/1-a1.mp3", "jobs/999/.tmp-abc.mp3"):
-        os.utime(svc.storage.path(key), (two_hours_ago, two_hours_ago))
+        os.utime(folder.path(key), (two_hours_ago, two_hours_ago))
     result = client.application.test_cli_runner().invoke(args=["gc"])
     assert result.exit_code == 0, result.output
     assert "deleted 2 file(s)" in result.output
     assert not svc.storage.exists("jobs/999/1-a1.mp3")
     assert not svc.storage.exists("jobs/999/.tmp-abc.mp3")
     assert svc.storage.exists(kept) and svc.storage.exists("jobs/998/fresh.mp3")
+
+
+@pytest.mark.parametrize("storage_kind", STORAGES, indirect=True)
+def test_gc_sweeps_the_folder_or_the_bucket_with_its_age_guard(
+    svc: Services, admin: UserRecord, storage_kind: str
+) -> None:
+    """On a bucket too: unreferenced objects and temporary ones older than the guard go,
+    and so do unfinished multipart uploads (a process killed mid-upload); what is
+    referenced or younger than the guard stays. Ages are real: the guard is 2 s here."""
+    job = run(svc, admin, job_of(svc, admin, ["Keep me"]))
+    kept = audio_key(svc, admin, job["id"], job["items"][0]["id"])
+    assert kept is not None
+    svc.storage.write("jobs/999/1-a1.mp3", b"x")
+    svc.storage.write("jobs/999/.tmp-abc.mp3", b"x")
+    expected = ["jobs/999/.tmp-abc.mp3", "jobs/999/1-a1.mp3"]
+    if storage_kind == "s3":
+        bucket = cast(Any, svc.storage)
+        bucket.client.create_multipart_upload(
+            Bucket=bucket.bucket, Key=bucket.prefix + "exports/1/export-9.zip"
+        )
+        expected.insert(0, "exports/1/export-9.zip (unfinished upload)")
+    time.sleep(2.5)
+    svc.storage.write("jobs/998/fresh.mp3", b"x")
+    deleted = spending.collect_garbage(svc.uow_factory, svc.storage, min_age_seconds=2)
+    assert deleted == expected
+    assert stored_keys(svc.storage) == sorted([kept, "jobs/998/fresh.mp3"])
+    assert svc.storage.abort_uploads_older_than(0) == []
+    assert read_stored(svc.storage, kept) == fake_audio("Keep me")
 
 
 # --- the estimate ------------------------------------------------------------------------

@@ -118,3 +118,28 @@ def test_production_requires_a_secret_key(tmp_path: Path) -> None:
 def test_unknown_environment_stops_the_app(tmp_path: Path, value: str) -> None:
     with pytest.raises(ConfigError, match="SPEECHBATCH_ENV must be one of development, production"):
         Settings.from_env({"SPEECHBATCH_ENV": value}, instance_dir=tmp_path)
+
+
+def test_storage_url_wins_over_the_folder_and_is_checked_at_start(tmp_path: Path) -> None:
+    env = {"SPEECHBATCH_STORAGE_DIR": "/srv/a"}
+    assert Settings.from_env(env, instance_dir=tmp_path).storage.folder == "/srv/a"
+    bucket = Settings.from_env(
+        {**env, "SPEECHBATCH_STORAGE_URL": "s3://audio-bucket/prod/eu"}, instance_dir=tmp_path
+    ).storage
+    assert (bucket.bucket, bucket.prefix, bucket.folder) == ("audio-bucket", "prod/eu/", None)
+    assert Settings(storage_url="s3://audio-bucket").storage.prefix == ""
+    assert Settings(storage_url="file:///srv/b").storage.folder == "/srv/b"
+    assert Settings(storage_url="/srv/c").storage.folder == "/srv/c"
+    for url in ("s3://", "s3://UPPER/x", "s3://a/x", "http://host/bucket", "s3://bkt?x=1"):
+        with pytest.raises(ConfigError, match=r"^SPEECHBATCH_STORAGE_URL must be"):
+            Settings.from_env({"SPEECHBATCH_STORAGE_URL": url}, instance_dir=tmp_path)
+
+
+def test_presigned_downloads_is_a_boolean(tmp_path: Path) -> None:
+    on = {"SPEECHBATCH_STORAGE_PRESIGNED_DOWNLOADS": "true"}
+    assert Settings.from_env(on, instance_dir=tmp_path).storage_presigned_downloads
+    assert not Settings.from_env({}, instance_dir=tmp_path).storage_presigned_downloads
+    with pytest.raises(ConfigError, match="SPEECHBATCH_STORAGE_PRESIGNED_DOWNLOADS"):
+        Settings.from_env(
+            {"SPEECHBATCH_STORAGE_PRESIGNED_DOWNLOADS": "maybe"}, instance_dir=tmp_path
+        )

@@ -1,16 +1,48 @@
-"""Audio storage behind one small interface: write atomically, open, delete."""
+"""Audio storage behind one small interface: write atomically, open, delete.
+
+A folder here; a bucket in ``object_storage.py``; ``build_storage`` picks one from the
+settings (SPEECHBATCH_STORAGE_URL, else SPEECHBATCH_STORAGE_DIR).
+"""
 
 from __future__ import annotations
 
+import errno
 import os
+import shutil
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import BinaryIO
+from typing import IO, TYPE_CHECKING, BinaryIO
+
+from speechbatch.config import Settings
+
+if TYPE_CHECKING:
+    from speechbatch.adapters.object_storage import S3Storage
 
 # Temporary files of atomic writes; a process killed mid-write leaves one behind.
 TEMP_PREFIX = ".tmp-"
+_COPY_CHUNK = 1024 * 1024
+
+
+class StorageUnavailable(OSError):
+    """The store could not be reached or refused the operation (an OSError, like a full
+    disk, so every caller that handles a failed write handles this one too)."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(errno.EIO, message)
+
+
+def build_storage(settings: Settings) -> LocalStorage | S3Storage:
+    """The folder or the bucket the settings name."""
+    location = settings.storage
+    if location.bucket is not None:
+        # Imported here: boto3 costs a fraction of a second that a folder deployment never needs.
+        from speechbatch.adapters.object_storage import S3Storage
+
+        return S3Storage(location.bucket, location.prefix)
+    assert location.folder is not None
+    return LocalStorage(location.folder)
 
 
 class LocalStorage:
@@ -34,12 +66,20 @@ class LocalStorage:
         lives in the directory, so without that sync a crash can leave an item DONE in
         the database with no file behind its key.
         """
+        self._publish(key, lambda f: f.write(data))
+
+    def write_file(self, key: str, source: Path) -> None:
+        """Copy a file in, whole or absent and durable as ``write`` is, a chunk at a time."""
+        with source.open("rb") as src:
+            self._publish(key, lambda f: shutil.copyfileobj(src, f, _COPY_CHUNK))
+
+    def _publish(self, key: str, fill: Callable[[IO[bytes]], object]) -> None:
         path = self.path(key)
         _make_dirs(path.parent)
         fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=TEMP_PREFIX, suffix=path.suffix)
         try:
             with os.fdopen(fd, "wb") as f:
-                f.write(data)
+                fill(f)
                 f.flush()
                 os.fsync(f.fileno())
             os.replace(tmp, path)
@@ -69,6 +109,14 @@ class LocalStorage:
                     yield path.relative_to(self.root).as_posix()
             except FileNotFoundError:
                 continue  # deleted meanwhile
+
+    def abort_uploads_older_than(self, seconds: float) -> list[str]:
+        """A folder has no uploads apart from its temporary files (which gc lists)."""
+        return []
+
+    def download_url(self, key: str, content_type: str, filename: str) -> str | None:
+        """A folder has no URL of its own: its files are served by the app."""
+        return None
 
 
 def _make_dirs(directory: Path) -> None:

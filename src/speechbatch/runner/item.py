@@ -250,7 +250,7 @@ class Items:
             self.gate.released(run.job_id, lane_goes_on=True)
         if not finished:
             if key is not None:
-                self.storage.delete(key)
+                self.delete_orphan(key)
             raise Fenced()
         self.delete_orphan(finished.orphaned_audio_path)
         return key is not None
@@ -269,8 +269,11 @@ class Items:
 
     def delete_orphan(self, key: str | None) -> None:
         """Delete audio that an item's finish replaced and nothing refers to any more."""
-        if key is not None:
-            self.storage.delete(key)
+        try:
+            if key is not None:
+                self.storage.delete(key)
+        except OSError as exc:  # nothing refers to it: gc deletes it later
+            log.warning("could not delete unreferenced audio %s: %s", key, exc)
 
     def reused(self, run: Run, item_id: int, source_item_id: int) -> None:
         """Count and log an item that shares another item's audio."""

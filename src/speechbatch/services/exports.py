@@ -3,11 +3,12 @@
 ``start_export`` takes the organization's ``audio_export`` lock and inserts the export row
 in one transaction, then builds the archive in a background thread of this process. The
 builder holds no transaction while it packs files: it renews the lock in short
-transactions (at least every third of the lease), writes the ZIP to a temp file next to
-its final name and renames it into place, then marks the export COMPLETED and releases
-the lock in one transaction that is fenced by the grant's id. A holder that dies stops
-renewing; the next read of the export (``get_export``) flips it to FAILED once the lease
-has run out, and the next ``start_export`` reclaims the expired lock.
+transactions (at least every third of the lease), writes the ZIP to a local temp file and
+hands it to the storage (``write_file``: whole or absent, in parts on a bucket), then
+marks the export COMPLETED and releases the lock in one transaction that is fenced by
+the grant's id. A holder that dies stops renewing; the next read of the export
+(``get_export``) flips it to FAILED once the lease has run out, and the next
+``start_export`` reclaims the expired lock.
 """
 
 from __future__ import annotations
@@ -47,6 +48,10 @@ MANIFEST_HEADER = (
     "job_id", "job_title", "position", "text", "voice", "file_name", "bytes", "sha256",
 )  # fmt: skip
 _CHUNK = 1024 * 1024
+# Archives being built, in the system's temp folder: .tmp-DEPLOYMENT-ORG-XXXX.zip, where
+# DEPLOYMENT tells apart the databases of deployments (or tests) that share a machine.
+SCRATCH_FOLDER = "speechbatch-exports"
+TEMP_PREFIX = ".tmp-"
 _BUILDERS: weakref.WeakSet[ExportBuilder] = weakref.WeakSet()
 
 
@@ -139,6 +144,7 @@ def start_export(
         lock_id=grant.id,
         holder=holder,
         ttl_seconds=ttl,
+        deployment=hashlib.sha256(settings.database_url.encode()).hexdigest()[:12],
     )
     ExportBuilder(uow_factory, storage, task).start()
     return export_view(record)
@@ -184,6 +190,7 @@ class ExportTask:
     lock_id: int
     holder: str
     ttl_seconds: float
+    deployment: str = ""
 
 
 class _LockLost(Exception):
@@ -227,26 +234,21 @@ class ExportBuilder:
         with self._uow_factory(read_only=True) as uow:
             audio = uow.exports.done_audio(task.organization_id)
         key = export_key(task.organization_id, task.export_id)
-        final = self._storage.path(key)
-        final.parent.mkdir(parents=True, exist_ok=True)
         self._renew()
-        # Holding the organization's lock, nobody else writes this folder: temp files
-        # here are leftovers of a holder that died.
-        for leftover in final.parent.glob(".tmp-*"):
+        # Built in a local temporary file (deleted on close), then handed to the storage
+        # whole: a folder renames it into place, a bucket uploads it in parts.
+        scratch = scratch_dir()
+        prefix = f"{TEMP_PREFIX}{task.deployment}-{task.organization_id}-"
+        # Holding the organization's lock, no live builder of this deployment writes such
+        # a file: any there is a leftover of a holder that was killed.
+        for leftover in scratch.glob(prefix + "*"):
             leftover.unlink(missing_ok=True)
-        fd, tmp_name = tempfile.mkstemp(dir=final.parent, prefix=".tmp-", suffix=".zip")
-        tmp = Path(tmp_name)
-        try:
-            with os.fdopen(fd, "w+b") as f:
-                count = self._write_zip(f, audio)
-                f.flush()
-                os.fsync(f.fileno())
+        with tempfile.NamedTemporaryFile(dir=scratch, prefix=prefix, suffix=".zip") as f:
+            count = self._write_zip(f, audio)
+            f.flush()
             # Publish only while the grant is still ours (and for a full lease more).
             self._renew(force=True)
-            os.replace(tmp, final)
-        except BaseException:
-            tmp.unlink(missing_ok=True)
-            raise
+            self._storage.write_file(key, Path(f.name))
         try:
             with self._uow_factory() as uow:
                 won = uow.exports.complete_export(task.export_id, task.lock_id, task.holder, key)
@@ -344,6 +346,13 @@ class ExportBuilder:
                 uow.commit()
         except Exception:
             log.exception("could not release lock %s", self.task.lock_id)
+
+
+def scratch_dir() -> Path:
+    """This machine's folder of archives being built (under TMPDIR)."""
+    folder = Path(tempfile.gettempdir()) / SCRATCH_FOLDER
+    folder.mkdir(exist_ok=True)
+    return folder
 
 
 def wait_for_exports(timeout: float) -> bool:

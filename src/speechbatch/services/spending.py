@@ -207,9 +207,10 @@ def collect_garbage(
 ) -> list[str]:
     """Delete stored files that no item and no export refers to, older than ``min_age``.
 
-    Temporary files (of writes a killed process never finished) go too. Returns the keys
-    it deleted.
+    Temporary files and unfinished multipart uploads (of writes a killed process never
+    finished) go too. Returns the keys it deleted (uploads as ``KEY (unfinished upload)``).
     """
+    aborted = storage.abort_uploads_older_than(min_age_seconds)
     keys = list(storage.keys_older_than(min_age_seconds))
     temporary = [k for k in keys if PurePosixPath(k).name.startswith(TEMP_PREFIX)]
     others = [k for k in keys if not PurePosixPath(k).name.startswith(TEMP_PREFIX)]
@@ -218,5 +219,5 @@ def collect_garbage(
     deleted = temporary + [k for k in others if k not in referenced]
     for key in deleted:
         storage.delete(key)
-    log.info("gc deleted %s file(s)", len(deleted))
-    return sorted(deleted)
+    log.info("gc deleted %s file(s) and %s unfinished upload(s)", len(deleted), len(aborted))
+    return sorted(deleted + aborted)

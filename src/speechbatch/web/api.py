@@ -5,14 +5,16 @@ from __future__ import annotations
 from functools import wraps
 from typing import Any, ParamSpec, TypeVar
 
-from flask import Blueprint, Response, g, jsonify, request, send_file
+from flask import Blueprint, Response, g, jsonify, request
 from flask_wtf.csrf import ValidationError as CSRFValidationError
 from flask_wtf.csrf import validate_csrf
+from werkzeug.wrappers import Response as BaseResponse
 
 from speechbatch import services as svc
-from speechbatch.errors import BadRequest, NotFound, Unauthorized, ValidationError
+from speechbatch.errors import BadRequest, Unauthorized, ValidationError
 from speechbatch.services import UserRecord
 from speechbatch.web.context import bearer_token, bearer_user, reads, services, session_user
+from speechbatch.web.downloads import stored_file
 from speechbatch.web.errors import error_response
 
 bp = Blueprint("api", __name__)
@@ -205,15 +207,14 @@ def regenerate(job_id: int) -> tuple[Response, int]:
 
 @bp.get("/api/jobs/<int:job_id>/items/<int:item_id>/audio")
 @require_user
-def item_audio(job_id: int, item_id: int) -> Response:
+def item_audio(job_id: int, item_id: int) -> BaseResponse:
     """An item's audio bytes."""
     s = services()
     key = svc.item_audio_key(s.uow_factory, current(), job_id, item_id, reads=reads())
-    if not s.storage.exists(key):
-        raise NotFound("the audio file is missing")
-    return send_file(
-        s.storage.path(key),
+    return stored_file(
+        s,
+        key,
         mimetype=s.provider.content_type,
         download_name=f"job{job_id}-item{item_id}.{s.provider.file_extension}",
-        max_age=0,
+        missing="the audio file is missing",
     )

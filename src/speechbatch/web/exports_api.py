@@ -15,15 +15,15 @@ from flask import (
     redirect,
     render_template,
     request,
-    send_file,
     url_for,
 )
 from werkzeug.wrappers import Response
 
-from speechbatch.errors import ExportInProgress, NotFound
+from speechbatch.errors import ExportInProgress
 from speechbatch.services import exports as svc
 from speechbatch.web.api import current, require_user
 from speechbatch.web.context import services, session_user
+from speechbatch.web.downloads import stored_file
 
 bp = Blueprint("exports", __name__)
 
@@ -49,14 +49,13 @@ def download_export(export_id: int) -> Response:
     """A COMPLETED export's ZIP; 404 until then."""
     s = services()
     key = svc.export_download_key(s.uow_factory, current(), export_id)
-    if not s.storage.exists(key):
-        raise NotFound("the archive file is missing")
-    return send_file(
-        s.storage.path(key),
+    return stored_file(
+        s,
+        key,
         mimetype="application/zip",
         as_attachment=True,
         download_name=f"speechbatch-export-{export_id}.zip",
-        max_age=0,
+        missing="the archive file is missing",
     )
 
 

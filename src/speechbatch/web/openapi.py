@@ -30,6 +30,7 @@ ERROR_TEXT = {
     409: "Conflicts with the current state; `code` says which.",
     413: "The request body is over 25 MiB.",
     422: "Invalid input; the message names the field.",
+    503: "The file storage did not answer; try again shortly.",
 }
 
 
@@ -284,6 +285,13 @@ JOB_LINKS = {
     for name in ("getJob", "generateJob", "regenerateJob", "cancelJob", "estimateJob", "listItems")
 }
 NOT_MODIFIED = {"304": {"description": "Not modified: the If-None-Match ETag is current."}}
+# A stored file's other answers: a range of it, and (SPEECHBATCH_STORAGE_PRESIGNED_DOWNLOADS)
+# a redirect to a presigned URL of the bucket.
+STORED_FILE = {
+    **NOT_MODIFIED,
+    "206": {"description": "The requested byte range (a Range header)."},
+    "302": {"description": "The file's presigned URL in the bucket (Location)."},
+}
 
 
 def _operation(
@@ -461,7 +469,8 @@ PATHS: dict[str, Any] = {
                     "description": "The audio bytes.",
                     "content": {"audio/mpeg": {"schema": {"type": "string", "format": "binary"}}},
                 },
-                **_errors(401, 404),
+                **STORED_FILE,
+                **_errors(401, 404, 503),
             },
         ),
     },
@@ -506,7 +515,8 @@ PATHS: dict[str, Any] = {
                         "application/zip": {"schema": {"type": "string", "format": "binary"}}
                     },
                 },
-                **_errors(401, 404),
+                **STORED_FILE,
+                **_errors(401, 404, 503),
             },
         ),
     },
