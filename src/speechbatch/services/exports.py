@@ -81,6 +81,10 @@ def export_view(record: ExportRecord) -> dict[str, Any]:
     }
 
 
+# A lock held in the name of the worker tier: a worker takes it over (export_queue.py).
+QUEUED_HOLDER_PREFIX = "queued:"
+
+
 def new_holder() -> str:
     """A holder name that says which process took the lock, unique per grant."""
     return f"{socket.gethostname()}:{os.getpid()}:export-{uuid.uuid4().hex}"
@@ -118,9 +122,11 @@ def start_export(
     """Take the organization's export lock, record the export and start building it.
 
     Raises ExportInProgress while another holder has the lock live; a lock whose holder
-    stopped renewing is reclaimed here once its lease has run out.
+    stopped renewing is reclaimed here once its lease has run out. With the worker tier
+    (SPEECHBATCH_RUNNER=worker) the lock is held in its name and a worker builds it.
     """
-    holder = new_holder()
+    queued = settings.runs_in_workers
+    holder = QUEUED_HOLDER_PREFIX + new_holder() if queued else new_holder()
     ttl = settings.export_lock_ttl_seconds
     with uow_factory() as uow:
         try:
@@ -130,9 +136,13 @@ def start_export(
         repo = uow.exports
         export_id = repo.create_export(user.organization_id, user.id, grant.id)
         record = repo.get_export(export_id, user.organization_id)
+        if queued:
+            uow.workers.wake_workers()
         uow.commit()
     assert record is not None
     log.info("export started export=%s lock=%s holder=%s", export_id, grant.id, holder)
+    if queued:
+        return export_view(record)
     task = ExportTask(
         export_id=export_id,
         organization_id=user.organization_id,

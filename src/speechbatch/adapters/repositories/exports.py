@@ -22,7 +22,7 @@ from sqlalchemy.orm import Session
 
 from speechbatch.adapters.db import db_now
 from speechbatch.adapters.models import Export, ItemStatus
-from speechbatch.adapters.repositories.job_locks import LockRepository, live_lock
+from speechbatch.adapters.repositories.job_locks import LockRepository, job_locks, live_lock
 from speechbatch.adapters.repositories.tables import items, jobs
 from speechbatch.domain.statuses import ExportStatus
 
@@ -56,6 +56,16 @@ class DoneAudio:
     audio_path: str
 
 
+@dataclass(frozen=True)
+class QueuedExport:
+    """An export whose lock is held in the name of the worker tier, waiting for a worker."""
+
+    export_id: int
+    organization_id: int
+    lock_id: int
+    holder: str
+
+
 _EXPORT_COLUMNS = [
     exports.c.id,
     exports.c.organization_id,
@@ -85,6 +95,7 @@ class Exports(Protocol):
     ) -> bool: ...
     def fail_export(self, export_id: int, lock_id: int, message: str) -> bool: ...
     def any_dead_export(self, organization_id: int, *, export_id: int | None = None) -> bool: ...
+    def queued_exports(self, holder_prefix: str, limit: int) -> list[QueuedExport]: ...
     def recover_dead_exports(
         self, organization_id: int, message: str, *, export_id: int | None = None
     ) -> list[int]: ...
@@ -207,6 +218,21 @@ class ExportRepository:
             ).first()
             is not None
         )
+
+    def queued_exports(self, holder_prefix: str, limit: int) -> list[QueuedExport]:
+        """RUNNING exports whose live lock is held under ``holder_prefix`` (read only)."""
+        rows = self.session.execute(
+            select(exports.c.id, exports.c.organization_id, job_locks.c.id, job_locks.c.holder)
+            .join(job_locks, job_locks.c.id == exports.c.lock_id)
+            .where(
+                exports.c.status == ExportStatus.RUNNING,
+                job_locks.c.holder.startswith(holder_prefix, autoescape=True),
+                live_lock(exports.c.lock_id),
+            )
+            .order_by(exports.c.id)
+            .limit(limit)
+        )
+        return [QueuedExport(int(r[0]), int(r[1]), int(r[2]), str(r[3])) for r in rows]
 
     def any_dead_export(self, organization_id: int, *, export_id: int | None = None) -> bool:
         """Whether a RUNNING export's grant expired or was released (a read: it decides
