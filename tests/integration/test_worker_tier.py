@@ -192,6 +192,7 @@ def test_a_graceful_stop_interrupts_and_another_worker_resumes_without_paying_tw
     stopping = threading.Thread(target=first.drain, args=(10.0,))
     stopping.start()
     time.sleep(0.2)
+    assert provider.gate is not None
     provider.gate.set()  # the calls in flight finish within the grace period
     stopping.join(15)
     job = _finished(web, admin, job_id)
@@ -218,6 +219,7 @@ def test_a_cancel_in_a_web_process_fences_the_worker_run(
     job_id = _held_in_flight(web, admin, provider, tier)
     cancel_generation(web.uow_factory, web.run_control, admin, job_id)
     calls_at_cancel = provider.total_calls()
+    assert provider.gate is not None
     provider.gate.set()
     wait_for(lambda: not tier.runner.live_runs(), timeout=10)
     job = view(web, admin, job_id)
