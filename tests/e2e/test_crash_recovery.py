@@ -17,7 +17,7 @@ import time
 from collections import Counter
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -68,7 +68,14 @@ class Deployment:
     """One gunicorn server and, in worker mode, the workers that run its claims."""
 
     server: GunicornServer
-    workers: list[WorkerProcess]
+    spawn_worker: WorkerFactory | None  # None: the web processes run the jobs
+    workers: list[WorkerProcess] = field(default_factory=list)
+
+    def start_workers(self) -> None:
+        """In worker mode, start the deployment's two workers (SPEECHBATCH_RUNNER=worker)."""
+        if self.spawn_worker is not None:
+            name = self.server.name
+            self.workers += [self.spawn_worker(name=f"{name}-w{n}") for n in (1, 2)]
 
     def kill_all(self) -> None:
         """SIGKILL every process of the deployment and wait until they are gone."""
@@ -94,16 +101,16 @@ def runner_mode(request: pytest.FixtureRequest) -> str:
 def deploy(
     spawn_server: ServerFactory, spawn_worker: WorkerFactory, runner_mode: str
 ) -> DeploymentFactory:
-    """``deploy(name=...)``: a started server (two web processes) and, in worker mode,
-    two workers, every process with SPEECHBATCH_RUNNER set to the mode."""
+    """``deploy(name=..., workers=True)``: a started server (two web processes) and, in
+    worker mode, two workers (unless ``workers=False``: ``start_workers()`` later), every
+    process with SPEECHBATCH_RUNNER set to the mode; other arguments go to the server."""
 
-    def make(name: str = "server", **kwargs: Any) -> Deployment:
-        extra = {"SPEECHBATCH_RUNNER": runner_mode}
-        server = spawn_server(name=name, extra_env=extra, **kwargs)
-        workers = []
-        if runner_mode == "worker":
-            workers = [spawn_worker(name=f"{name}-w{n}", extra_env=extra) for n in (1, 2)]
-        return Deployment(server, workers)
+    def make(name: str = "server", *, with_workers: bool = True, **kwargs: Any) -> Deployment:
+        server = spawn_server(name=name, extra_env={"SPEECHBATCH_RUNNER": runner_mode}, **kwargs)
+        deployment = Deployment(server, spawn_worker if runner_mode == "worker" else None)
+        if with_workers:
+            deployment.start_workers()
+        return deployment
 
     return make
 
@@ -253,7 +260,8 @@ def test_sigkill_server_mid_job_is_recovered_and_retry_completes(
     deployment.kill_all()
     calls_at_kill = fake_provider.total_calls()
 
-    fresh = deploy(name="restarted")
+    # Recovery is the web's (its reads); the worker tier boots after it, for the retry.
+    fresh = deploy(name="restarted", with_workers=False)
     t_up = time.monotonic() - t_kill
     api = api_for(fresh.server)
     recovered = wait_settled(api, job_id, SERVER_KILL_RECOVERY_BUDGET, "auto-recovery")
@@ -262,6 +270,7 @@ def test_sigkill_server_mid_job_is_recovered_and_retry_completes(
     assert t_recovered <= SERVER_KILL_RECOVERY_BUDGET
     assert done_before <= done_texts(recovered), "DONE items were lost by the crash"
 
+    fresh.start_workers()
     final = retry_to_completion(api, job_id, previous_attempt=1)
     total = assert_billing(fake_provider, texts, done_before, max_rebilled=ITEM_CONCURRENCY)
 
