@@ -29,9 +29,11 @@ from tests.support.worker_process import WorkerProcess
 from .conftest import Metric, ServerFactory, WorkerFactory
 from .test_crash_recovery import (
     COMPLETION_TIMEOUT,
+    FROZEN_RECOVERY_BUDGET,
     assert_audio_matches,
     assert_billing,
     assert_recovered,
+    assert_unchanged_by_zombie,
     done_texts,
     retry_to_completion,
     start_job,
@@ -219,3 +221,35 @@ def test_sigterm_of_the_running_worker_interrupts_and_the_other_worker_resumes(
     assert {t: fake_provider.calls(t) for t in texts} == dict.fromkeys(texts, 1)
     metric("sigterm_to_exit_seconds", round(t_exit, 2))
     metric("sigterm_to_completed_seconds", round(t_done, 2))
+
+
+def test_a_frozen_worker_is_fenced_when_it_wakes(
+    spawn_server: ServerFactory,
+    spawn_worker: WorkerFactory,
+    api_for: ApiFor,
+    fake_provider: FakeProvider,
+    metric: Metric,
+) -> None:
+    """A worker frozen mid-run (SIGSTOP) is declared dead; the retry runs on the other
+    worker; thawed, the zombie writes nothing and pays for no more than its calls in flight."""
+    run = _mid_run(spawn_server, spawn_worker, api_for, "sigstop-worker-tier")
+    api, job_id, texts, victim, survivor = run.api, run.job_id, run.texts, run.victim, run.survivor
+    t_stop = time.monotonic()
+    victim.freeze()
+    done_before = done_texts(api.get_job(job_id))
+    recovered = wait_settled(api, job_id, FROZEN_RECOVERY_BUDGET, "recovery of a frozen worker")
+    t_recovered = time.monotonic() - t_stop
+    assert_recovered(recovered, attempt=1)
+    final = retry_to_completion(api, job_id, previous_attempt=1)
+    assert survivor.took(job_id)
+    calls_before_cont = fake_provider.total_calls()
+    victim.kill(signal.SIGCONT)
+    fenced_line = f"run fenced: declared dead or superseded, stopped job={job_id} attempt=1"
+    wait_until(lambda: fenced_line in victim.log_text(), 20, what="the zombie's run fenced")
+    wait_until(lambda: fake_provider.in_flight() == 0, 10, what="no call in flight")
+    assert fake_provider.total_calls() - calls_before_cont <= ITEM_CONCURRENCY
+    assert_unchanged_by_zombie(api, job_id, final)
+    assert victim.alive, victim.log_text()
+    total = assert_billing(fake_provider, texts, done_before, max_rebilled=2 * ITEM_CONCURRENCY)
+    metric("freeze_to_failed_seconds", round(t_recovered, 2))
+    metric("total_calls", total)
