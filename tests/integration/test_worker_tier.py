@@ -20,7 +20,12 @@ from speechbatch.app import Services
 from speechbatch.runner.worker import WorkerTier
 from speechbatch.services import get_job, start_generation
 from speechbatch.services.export_queue import take_queued_exports
-from speechbatch.services.exports import QUEUED_HOLDER_PREFIX, get_export, start_export
+from speechbatch.services.exports import (
+    NO_WORKER_MESSAGE,
+    QUEUED_HOLDER_PREFIX,
+    get_export,
+    start_export,
+)
 from speechbatch.services.spending import cancel_generation
 from tests.fakes import FakeProvider
 from tests.helpers import concrete, new_job, view, wait_for
@@ -263,3 +268,15 @@ def test_an_export_is_built_by_the_worker_that_takes_it(
         timeout=10,
     )
     assert done["status"] == "COMPLETED"
+
+
+def test_an_export_no_worker_takes_is_failed_with_a_message(
+    make_svc: MakeSvc, admin: UserRecord
+) -> None:
+    # PostgreSQL's acquire_job_lock() takes whole seconds.
+    web = make_svc(runner="worker", export_lock_ttl_seconds=1.0)
+    export = start_export(web.uow_factory, web.settings, web.storage, admin)
+    time.sleep(1.3)
+    failed = get_export(web.uow_factory, admin, export["id"])
+    assert failed["status"] == "FAILED"
+    assert failed["error_message"] == NO_WORKER_MESSAGE

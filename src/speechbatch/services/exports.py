@@ -40,6 +40,7 @@ log = logging.getLogger(__name__)
 
 JOB_TYPE = "audio_export"
 RECOVERED_MESSAGE = "auto-recovered: export holder stopped renewing its lock"
+NO_WORKER_MESSAGE = "auto-recovered: no worker took the export within its lock's lease"
 MANIFEST_NAME = "manifest.csv"
 # A spreadsheet reads a cell starting with one of these as a formula (or a field separator).
 FORMULA_STARTS = ("=", "+", "-", "@", "\t", "\r")
@@ -105,7 +106,10 @@ def recover_exports(
                 return 0
         with uow_factory.impatient_writer() as uow:
             recovered = uow.exports.recover_dead_exports(
-                organization_id, RECOVERED_MESSAGE, export_id=export_id
+                organization_id,
+                RECOVERED_MESSAGE,
+                export_id=export_id,
+                untaken=(QUEUED_HOLDER_PREFIX, NO_WORKER_MESSAGE),
             )
             uow.commit()
     except DatabaseUnavailable:

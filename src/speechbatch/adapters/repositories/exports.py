@@ -13,7 +13,10 @@ from sqlalchemy import (
     ColumnElement,
     Table,
     and_,
+    case,
+    exists,
     insert,
+    literal,
     or_,
     select,
     update,
@@ -97,7 +100,12 @@ class Exports(Protocol):
     def any_dead_export(self, organization_id: int, *, export_id: int | None = None) -> bool: ...
     def queued_exports(self, holder_prefix: str, limit: int) -> list[QueuedExport]: ...
     def recover_dead_exports(
-        self, organization_id: int, message: str, *, export_id: int | None = None
+        self,
+        organization_id: int,
+        message: str,
+        *,
+        export_id: int | None = None,
+        untaken: tuple[str, str] | None = None,
     ) -> list[int]: ...
 
 
@@ -243,17 +251,36 @@ class ExportRepository:
         return found is not None
 
     def recover_dead_exports(
-        self, organization_id: int, message: str, *, export_id: int | None = None
+        self,
+        organization_id: int,
+        message: str,
+        *,
+        export_id: int | None = None,
+        untaken: tuple[str, str] | None = None,
     ) -> list[int]:
         """Compare-and-set: fail RUNNING exports whose grant expired or was released.
 
         One conditional UPDATE; a holder that renewed or completed first keeps its
-        export (zero rows). Returns the ids it recovered.
+        export (zero rows). Returns the ids it recovered. ``untaken`` is (holder prefix,
+        message): an export whose lock was still held under that prefix (nobody took it
+        over) gets that message instead.
         """
+        error_message: Any = literal(message)
+        if untaken is not None:
+            prefix, untaken_message = untaken
+            never_taken = (
+                exists()
+                .where(
+                    job_locks.c.id == exports.c.lock_id,
+                    job_locks.c.holder.startswith(prefix, autoescape=True),
+                )
+                .correlate(exports)
+            )
+            error_message = case((never_taken, literal(untaken_message)), else_=error_message)
         recovered = self.session.execute(
             update(exports)
             .where(_dead_exports(organization_id, export_id))
-            .values(status=ExportStatus.FAILED, error_message=message, finished_at=db_now())
+            .values(status=ExportStatus.FAILED, error_message=error_message, finished_at=db_now())
             .returning(exports.c.id)
         )
         return [int(row.id) for row in recovered]
