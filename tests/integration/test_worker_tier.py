@@ -18,7 +18,7 @@ from speechbatch.adapters.models import Run
 from speechbatch.adapters.repositories import UserRecord
 from speechbatch.app import Services
 from speechbatch.runner.worker import WorkerTier
-from speechbatch.services import get_job, start_generation
+from speechbatch.services import create_job, get_job, spending, start_generation
 from speechbatch.services.export_queue import take_queued_exports
 from speechbatch.services.exports import (
     NO_WORKER_MESSAGE,
@@ -28,7 +28,7 @@ from speechbatch.services.exports import (
 )
 from speechbatch.services.spending import cancel_generation
 from tests.fakes import FakeProvider
-from tests.helpers import concrete, new_job, view, wait_for
+from tests.helpers import LIMITS, concrete, new_job, statuses, view, wait_for
 
 MakeSvc = Callable[..., Services]
 
@@ -280,3 +280,42 @@ def test_an_export_no_worker_takes_is_failed_with_a_message(
     failed = get_export(web.uow_factory, admin, export["id"])
     assert failed["status"] == "FAILED"
     assert failed["error_message"] == NO_WORKER_MESSAGE
+
+
+def test_a_worker_run_stops_at_the_budget_as_a_web_run_does(
+    web: Services, admin: UserRecord, provider: FakeProvider, make_tier: Callable[..., WorkerTier]
+) -> None:
+    spending.set_budget(web.uow_factory, "acme", 20)  # three 6-character items fit
+    job_id = new_job(web, admin, 6)
+    start_generation(web.uow_factory, web.settings, web.run_control, admin, job_id)
+    assert make_tier().take_waiting_runs() == 1
+    job = _finished(web, admin, job_id)
+    assert job["status"] == "FAILED"
+    assert job["runs"][-1]["outcome"] == "OVER_BUDGET"
+    assert provider.total_calls() == 3
+    assert statuses(job).count("PENDING") == 3
+
+
+def test_workers_share_the_deployments_provider_slots(
+    make_svc: MakeSvc,
+    admin: UserRecord,
+    provider: FakeProvider,
+    make_tier: Callable[..., WorkerTier],
+) -> None:
+    web = make_svc(runner="worker", provider_concurrency=2)
+    tiers = [make_tier(provider_concurrency=2) for _ in range(2)]
+    provider.latency = 0.05
+    jobs = [
+        create_job(
+            web.uow_factory, admin, f"job {n}", "alloy", [f"job {n} line {i}" for i in range(8)],
+            LIMITS,
+        )
+        for n in range(2)
+    ]  # fmt: skip
+    for job_id, tier in zip(jobs, tiers, strict=True):
+        start_generation(web.uow_factory, web.settings, web.run_control, admin, job_id)
+        assert tier.take_waiting_runs() == 1
+    for job_id in jobs:
+        assert _finished(web, admin, job_id)["status"] == "COMPLETED"
+    assert provider.max_in_flight <= 2
+    assert provider.total_calls() == 16
