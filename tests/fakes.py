@@ -30,6 +30,7 @@ from speechbatch.adapters.repositories.job_locks import Locks
 from speechbatch.adapters.repositories.ledger import Usage
 from speechbatch.adapters.repositories.resume import Resumes
 from speechbatch.adapters.repositories.slots import SlotReads
+from speechbatch.adapters.repositories.workers import Workers
 
 
 def fake_audio(text: str) -> bytes:
@@ -312,8 +313,10 @@ class FakeUnitOfWork:
     """A unit of work over one FakeRepository that counts commits."""
 
     # Typed, never set: the services under test do not reach them (exports, locks, tokens,
-    # sign-ins, resume and the runner's moves have integration tests on both databases).
+    # sign-ins, resume, workers and the runner's moves have integration tests on both
+    # databases).
     exports: Exports
+    workers: Workers
     locks: Locks
     tokens: Tokens
     sign_ins: SignIns

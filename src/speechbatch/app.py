@@ -21,8 +21,12 @@ from speechbatch.adapters.read import DocumentCache
 from speechbatch.adapters.storage import build_storage
 from speechbatch.adapters.uow import SessionUowFactory, UowFactory
 from speechbatch.config import Settings
+from speechbatch.runner.handoff import RunHandOff
 from speechbatch.runner.lifecycle import Runner, drain_all
+from speechbatch.runner.worker import WorkerTier
 from speechbatch.services import Limits
+from speechbatch.services.export_queue import take_queued_exports
+from speechbatch.services.exports import wait_for_exports
 from speechbatch.services.ports import Storage
 
 TEMPLATES_DIR = Path(__file__).resolve().parents[2] / "templates"
@@ -48,17 +52,27 @@ class Services:
     uow_factory: UowFactory
     provider: TTSProvider
     storage: Storage
+    # This process's runner; with SPEECHBATCH_RUNNER=worker only a worker process
+    # (``worker_tier``) starts it, and web processes claim through a RunHandOff.
     runner: Runner
+    # What clicks and cancels go through: ``runner``, or the hand-off to the worker tier.
+    run_control: Runner | RunHandOff
     # The engine of one-statement reads (autocommit, read-only sessions): the common poll.
     statement_engine: Engine | None = None
     # The JSON answers this process built lately, by job and version (read/documents.py).
     documents: DocumentCache = field(default_factory=DocumentCache)
+    # The LISTEN connection's DSN on PostgreSQL (slot releases, runs for the worker tier).
+    listen_dsn: str | None = None
 
     def dispose(self) -> None:
         """Close the pooled connections of both engines."""
         self.engine.dispose()
         if self.statement_engine is not None:
             self.statement_engine.dispose()
+
+    def worker_tier(self) -> WorkerTier:
+        """A worker process's tier (``flask --app wsgi worker``) around this runner."""
+        return build_worker_tier(self)
 
     @property
     def limits(self) -> Limits:
@@ -132,10 +146,7 @@ def build_services(settings: Settings, provider: TTSProvider | None = None) -> S
     if engine.dialect.name == "postgresql":
         # The slot listener's own connection (LISTEN): a plain psycopg DSN.
         listen_dsn = engine.url.set(drivername="postgresql").render_as_string(hide_password=False)
-    runner = Runner(uow_factory, provider, storage, settings, listen_dsn)
-    from speechbatch.runner.loops import resume_interrupted
-
-    runner.background_tick = lambda: resume_interrupted(uow_factory, runner)
+    runner = _make_runner(uow_factory, provider, storage, settings, listen_dsn)
     return Services(
         settings=settings,
         engine=engine,
@@ -143,5 +154,37 @@ def build_services(settings: Settings, provider: TTSProvider | None = None) -> S
         provider=provider,
         storage=storage,
         runner=runner,
+        run_control=RunHandOff(provider) if settings.runs_in_workers else runner,
         statement_engine=statement_engine,
+        listen_dsn=listen_dsn,
     )
+
+
+def _make_runner(
+    uow_factory: SessionUowFactory,
+    provider: TTSProvider,
+    storage: Storage,
+    settings: Settings,
+    listen_dsn: str | None,
+) -> Runner:
+    """A runner of this process, whose background tick resumes interrupted jobs."""
+    from speechbatch.runner.loops import resume_interrupted
+
+    runner = Runner(uow_factory, provider, storage, settings, listen_dsn)
+    runner.background_tick = lambda: resume_interrupted(uow_factory, runner)
+    return runner
+
+
+def build_worker_tier(services: Services) -> WorkerTier:
+    """Wire a worker process: its runner (runs, the resume tick) and what it takes.
+
+    Renders and webhook deliveries start here: append their takers to ``tier.takers``
+    (and a graceful-stop step to ``tier.drainers``), as exports do.
+    """
+    uow_factory = services.uow_factory
+    assert isinstance(uow_factory, SessionUowFactory)
+    tier = WorkerTier(services.runner, uow_factory, services.listen_dsn)
+    storage, settings = services.storage, services.settings
+    tier.takers.append(lambda: take_queued_exports(uow_factory, storage, settings))
+    tier.drainers.append(wait_for_exports)
+    return tier

@@ -1,11 +1,14 @@
-"""Flask CLI commands: db upgrade, create-admin, create-token, recover, set-budget, gc."""
+"""Flask CLI commands: db upgrade, create-admin, create-token, recover, set-budget, gc,
+and worker (a process of the worker tier)."""
 
 from __future__ import annotations
 
 import os
 import secrets
 import shutil
+import signal
 import sys
+from typing import Any
 
 import click
 from flask import Flask, current_app
@@ -28,6 +31,7 @@ def register_cli(app: Flask) -> None:
     _register_account_commands(app)
     _register_quickstart(app)
     _register_operations(app)
+    _register_worker(app)
 
 
 def _register_account_commands(app: Flask) -> None:
@@ -148,3 +152,34 @@ def _register_operations(app: Flask) -> None:
         for key in deleted:
             click.echo(f"deleted {key}")
         click.echo(f"deleted {len(deleted)} file(s)")
+
+
+def _register_worker(app: Flask) -> None:
+    """worker: a process of the worker tier (SPEECHBATCH_RUNNER=worker)."""
+
+    @app.cli.command("worker")
+    @click.option(
+        "--graceful-timeout",
+        default=30.0,
+        show_default=True,
+        help="seconds a SIGTERM leaves in-flight calls to finish (as gunicorn's)",
+    )
+    def worker(graceful_timeout: float) -> None:
+        """Take claimed runs, exports and the resume tick until SIGTERM; serve no HTTP."""
+        s = _services()
+        if not s.settings.runs_in_workers:
+            raise click.ClickException(
+                "SPEECHBATCH_RUNNER=worker is not set: web processes run their own jobs"
+            )
+        tier = s.worker_tier()
+
+        def on_stop(signum: int, frame: Any) -> None:
+            tier.stop()
+
+        signal.signal(signal.SIGTERM, on_stop)
+        signal.signal(signal.SIGINT, on_stop)
+        click.echo(f"speechbatch worker ready (pid: {os.getpid()})")
+        tier.serve()
+        # As gunicorn's worker_exit: leave a margin inside a supervisor's grace period.
+        tier.drain(max(1.0, graceful_timeout - 2.0))
+        click.echo(f"speechbatch worker stopped (pid: {os.getpid()})")

@@ -15,6 +15,9 @@ from speechbatch.errors import ConfigError
 
 PROVIDERS = ("espeak", "openai")
 ENVIRONMENTS = ("development", "production")
+# web: every gunicorn process runs the jobs it claims; worker: web processes only claim,
+# and `flask --app wsgi worker` processes take the claimed runs and run them.
+RUNNERS = ("web", "worker")
 OPENAI_VOICES = (
     "alloy", "ash", "ballad", "coral", "echo", "fable", "nova", "onyx", "sage", "shimmer", "verse",
 )  # fmt: skip
@@ -93,6 +96,8 @@ class Settings:
     storage_url: str | None = None
     # Downloads from a bucket answer a redirect to a presigned URL instead of the bytes.
     storage_presigned_downloads: bool = False
+    # Who runs claimed jobs: the web processes ("web") or worker processes ("worker").
+    runner: str = "web"
 
     @property
     def item_worst_case_seconds(self) -> float:
@@ -111,6 +116,11 @@ class Settings:
         return storage_location(self.storage_url, self.storage_dir)
 
     @property
+    def runs_in_workers(self) -> bool:
+        """Whether runs are left to ``flask --app wsgi worker`` processes."""
+        return self.runner == "worker"
+
+    @property
     def is_production(self) -> bool:
         """Whether the app runs with SPEECHBATCH_ENV=production."""
         return self.env == "production"
@@ -121,6 +131,10 @@ class Settings:
             # A typo such as "prod" must not quietly give development's key and cookies.
             raise ConfigError(
                 f"SPEECHBATCH_ENV must be one of {', '.join(ENVIRONMENTS)}, not {self.env!r}"
+            )
+        if self.runner not in RUNNERS:
+            raise ConfigError(
+                f"SPEECHBATCH_RUNNER must be one of {', '.join(RUNNERS)}, not {self.runner!r}"
             )
         if self.tts_provider not in PROVIDERS:
             raise ConfigError(
@@ -200,9 +214,10 @@ class Settings:
             raw = env.get("SPEECHBATCH_" + name.upper())
             if raw:
                 values[name] = raw.strip()
-        provider = env.get("SPEECHBATCH_TTS_PROVIDER")
-        if provider:
-            values["tts_provider"] = provider.strip().lower()
+        for name in ("tts_provider", "runner"):
+            raw = env.get("SPEECHBATCH_" + name.upper())
+            if raw:
+                values[name] = raw.strip().lower()
         voices = env.get("SPEECHBATCH_TTS_VOICES")
         if voices:
             values["tts_voices"] = tuple(v.strip() for v in voices.split(",") if v.strip())

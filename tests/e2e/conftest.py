@@ -27,6 +27,7 @@ from tests.support.server import (
     pg_database_name,
     sqlite_url,
 )
+from tests.support.worker_process import WorkerProcess
 from tests.support.workers import in_process_group
 
 E2E_DIR = Path(__file__).resolve().parent
@@ -200,3 +201,28 @@ def metric(request: pytest.FixtureRequest) -> Metric:
                 fh.write(json.dumps({"test": test, "name": name, "value": value}) + "\n")
 
     return record
+
+
+WorkerFactory = Callable[..., WorkerProcess]
+
+
+@pytest.fixture
+def spawn_worker(env: dict[str, str], tmp_path: Path) -> Iterator[WorkerFactory]:
+    """A factory of started ``flask --app wsgi worker`` processes on this test's database.
+
+    ``spawn_worker(name="w1", extra_env={...}, graceful_timeout=...)``; every worker it made
+    is SIGKILLed at teardown.
+    """
+    workers: list[WorkerProcess] = []
+
+    def spawn(extra_env: dict[str, str] | None = None, **kwargs: Any) -> WorkerProcess:
+        kwargs.setdefault("name", f"worker{len(workers) + 1}")
+        worker = WorkerProcess({**env, **(extra_env or {})}, tmp_path, **kwargs)
+        workers.append(worker)
+        return worker.start()
+
+    try:
+        yield spawn
+    finally:
+        for worker in workers:
+            worker.stop(graceful=False)

@@ -1,8 +1,12 @@
 """Crash tests from the outside: real gunicorn processes, real signals, the JSON API only.
 
-Each test runs on SQLite and on PostgreSQL (``db_kind``). The fake provider answers after
-0.3 s and counts every (billed) call per text, so a 12-item job at ITEM_CONCURRENCY=2 runs
-for about two seconds: long enough to hit it mid-flight.
+Each test runs on SQLite and on PostgreSQL (``db_kind``); those that take a
+``deployment`` also run in both shapes (``runner_mode``): web processes that run their
+own jobs, and web processes that only claim beside two ``flask --app wsgi worker``
+processes (SPEECHBATCH_RUNNER=worker; tests/e2e/test_worker_tier.py has the rest).
+The fake provider answers after 0.3 s and counts every (billed) call per text, so a
+12-item job at ITEM_CONCURRENCY=2 runs for about two seconds: long enough to hit it
+mid-flight.
 """
 
 from __future__ import annotations
@@ -13,8 +17,11 @@ import time
 from collections import Counter
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
+import pytest
 import requests
 
 from tests.support.fake_provider import FakeProvider, fake_audio
@@ -35,8 +42,9 @@ from tests.support.server import (
     runs_changed_by_zombie,
     wait_until,
 )
+from tests.support.worker_process import WorkerProcess
 
-from .conftest import Metric, ServerFactory
+from .conftest import Metric, ServerFactory, WorkerFactory
 
 ApiFor = Callable[[GunicornServer], ApiClient]
 
@@ -55,6 +63,58 @@ COMPLETION_TIMEOUT = 30.0
 # --------------------------------------------------------------------------------------------
 # helpers
 # --------------------------------------------------------------------------------------------
+@dataclass
+class Deployment:
+    """One gunicorn server and, in worker mode, the workers that run its claims."""
+
+    server: GunicornServer
+    spawn_worker: WorkerFactory | None  # None: the web processes run the jobs
+    workers: list[WorkerProcess] = field(default_factory=list)
+
+    def start_workers(self) -> None:
+        """In worker mode, start the deployment's two workers (SPEECHBATCH_RUNNER=worker)."""
+        if self.spawn_worker is not None:
+            name = self.server.name
+            self.workers += [self.spawn_worker(name=f"{name}-w{n}") for n in (1, 2)]
+
+    def kill_all(self) -> None:
+        """SIGKILL every process of the deployment and wait until they are gone."""
+        self.server.signal_group(signal.SIGKILL)
+        for worker in self.workers:
+            worker.kill(signal.SIGKILL)
+        assert self.server.wait_exit(10) is not None, "the master survived SIGKILL"
+        wait_until(lambda: not group_pids(self.server.pid), 10, what="killed group gone")
+        for worker in self.workers:
+            assert worker.wait_exit(10) is not None, f"{worker.name} survived SIGKILL"
+
+
+DeploymentFactory = Callable[..., Deployment]
+
+
+@pytest.fixture(params=["web", "worker"])
+def runner_mode(request: pytest.FixtureRequest) -> str:
+    """Who runs the jobs: the web processes, or a worker tier beside them."""
+    return str(request.param)
+
+
+@pytest.fixture
+def deploy(
+    spawn_server: ServerFactory, spawn_worker: WorkerFactory, runner_mode: str
+) -> DeploymentFactory:
+    """``deploy(name=..., workers=True)``: a started server (two web processes) and, in
+    worker mode, two workers (unless ``workers=False``: ``start_workers()`` later), every
+    process with SPEECHBATCH_RUNNER set to the mode; other arguments go to the server."""
+
+    def make(name: str = "server", *, with_workers: bool = True, **kwargs: Any) -> Deployment:
+        server = spawn_server(name=name, extra_env={"SPEECHBATCH_RUNNER": runner_mode}, **kwargs)
+        deployment = Deployment(server, spawn_worker if runner_mode == "worker" else None)
+        if with_workers:
+            deployment.start_workers()
+        return deployment
+
+    return make
+
+
 def texts_for(tag: str, n: int = N_ITEMS) -> list[str]:
     """Distinct item texts, so the fake's per-text counters tell items apart."""
     return [f"{tag} item {i:02d}: the quick brown fox jumps over the lazy dog." for i in range(n)]
@@ -183,33 +243,34 @@ def assert_recovered(job: Job, attempt: int) -> None:
 # tests
 # --------------------------------------------------------------------------------------------
 def test_sigkill_server_mid_job_is_recovered_and_retry_completes(
-    spawn_server: ServerFactory,
+    deploy: DeploymentFactory,
     api_for: ApiFor,
     fake_provider: FakeProvider,
     metric: Metric,
 ) -> None:
-    """A deploy that SIGKILLs master and workers: a fresh server recovers, a retry resumes."""
-    server = spawn_server()
-    api = api_for(server)
+    """A deploy that SIGKILLs every process (master, its workers, the worker tier): a
+    fresh deployment recovers, a retry resumes."""
+    deployment = deploy()
+    api = api_for(deployment.server)
     job_id, texts = start_job(api, "sigkill-server")
     before = wait_mid_job(api, job_id)
     done_before = done_texts(before)
 
     t_kill = time.monotonic()
-    server.signal_group(signal.SIGKILL)
-    assert server.wait_exit(10) is not None, "the master survived SIGKILL"
-    wait_until(lambda: not group_pids(server.pid), 10, what="killed group gone")
+    deployment.kill_all()
     calls_at_kill = fake_provider.total_calls()
 
-    fresh = spawn_server(name="restarted")
+    # Recovery is the web's (its reads); the worker tier boots after it, for the retry.
+    fresh = deploy(name="restarted", with_workers=False)
     t_up = time.monotonic() - t_kill
-    api = api_for(fresh)
+    api = api_for(fresh.server)
     recovered = wait_settled(api, job_id, SERVER_KILL_RECOVERY_BUDGET, "auto-recovery")
     t_recovered = time.monotonic() - t_kill
     assert_recovered(recovered, attempt=1)
     assert t_recovered <= SERVER_KILL_RECOVERY_BUDGET
     assert done_before <= done_texts(recovered), "DONE items were lost by the crash"
 
+    fresh.start_workers()
     final = retry_to_completion(api, job_id, previous_attempt=1)
     total = assert_billing(fake_provider, texts, done_before, max_rebilled=ITEM_CONCURRENCY)
 
@@ -375,14 +436,14 @@ def test_zombie_frozen_before_its_call_pays_nothing(
 
 
 def test_double_click_claims_once(
-    spawn_server: ServerFactory,
+    deploy: DeploymentFactory,
     api_for: ApiFor,
     fake_provider: FakeProvider,
     metric: Metric,
 ) -> None:
-    """20 simultaneous generate calls over 2 workers: one 202, nineteen 409s, one run."""
-    server = spawn_server(workers=2, threads=4)
-    api = api_for(server)
+    """20 simultaneous generate calls over 2 web processes: one 202, nineteen 409s, one run."""
+    deployment = deploy(workers=2, threads=4)
+    api = api_for(deployment.server)
     texts = texts_for("double-click")
     job_id = int(api.create_job(texts, title="double-click")["id"])
     clicks = 20

@@ -131,21 +131,22 @@ def test_revoked_token_fails_at_once_on_every_worker(
         ({"SPEECHBATCH_ENV": "prod"}, "SPEECHBATCH_ENV"),
         ({"SPEECHBATCH_ENV": "production"}, "SPEECHBATCH_SECRET_KEY"),
         ({"SPEECHBATCH_TTS_PROVIDER": "polly"}, "SPEECHBATCH_TTS_PROVIDER"),
+        ({"SPEECHBATCH_RUNNER": "workers"}, "SPEECHBATCH_RUNNER"),
     ],
 )
-@pytest.mark.parametrize("command", ["gunicorn", "flask"])
+@pytest.mark.parametrize("command", ["gunicorn", "flask", "worker"])
 def test_bad_configuration_stops_the_process_with_one_line(
     tmp_path: Path, variables: dict[str, str], named: str, command: str
 ) -> None:
-    """gunicorn wsgi:app and the CLI refuse to start on bad configuration: exit 1 and one
-    line on stderr naming the variable (no traceback, no worker left running)."""
+    """gunicorn wsgi:app, the CLI and the worker tier refuse to start on bad configuration:
+    exit 1 and one line on stderr naming the variable (no traceback, no worker left running)."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("SPEECHBATCH_")}
     env.update(variables, SPEECHBATCH_DATABASE_URL=f"sqlite:///{tmp_path / 'db.sqlite'}")
-    args = (
-        [str(VENV_BIN / "gunicorn"), "wsgi:app", "-b", "127.0.0.1:0"]
-        if command == "gunicorn"
-        else [str(VENV_BIN / "flask"), "--app", "wsgi", "recover"]
-    )
+    args = {
+        "gunicorn": [str(VENV_BIN / "gunicorn"), "wsgi:app", "-b", "127.0.0.1:0"],
+        "flask": [str(VENV_BIN / "flask"), "--app", "wsgi", "recover"],
+        "worker": [str(VENV_BIN / "flask"), "--app", "wsgi", "worker"],
+    }[command]
     done = subprocess.run(args, cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=60)
     assert done.returncode == 1, (done.returncode, done.stdout, done.stderr)
     errors = [line for line in done.stderr.splitlines() if "configuration error" in line]

@@ -143,3 +143,21 @@ def test_presigned_downloads_is_a_boolean(tmp_path: Path) -> None:
         Settings.from_env(
             {"SPEECHBATCH_STORAGE_PRESIGNED_DOWNLOADS": "maybe"}, instance_dir=tmp_path
         )
+
+
+def test_runs_belong_to_web_processes_by_default(tmp_path: Path) -> None:
+    s = Settings.from_env({}, instance_dir=tmp_path)
+    assert s.runner == "web"
+    assert not s.runs_in_workers
+
+
+@pytest.mark.parametrize("value", ["worker", "Worker", " worker "])
+def test_the_worker_tier_is_chosen_by_speechbatch_runner(tmp_path: Path, value: str) -> None:
+    s = Settings.from_env({"SPEECHBATCH_RUNNER": value}, instance_dir=tmp_path)
+    assert s.runs_in_workers
+
+
+@pytest.mark.parametrize("value", ["workers", "celery", "both"])
+def test_unknown_runner_stops_the_app(tmp_path: Path, value: str) -> None:
+    with pytest.raises(ConfigError, match="SPEECHBATCH_RUNNER must be one of web, worker"):
+        Settings.from_env({"SPEECHBATCH_RUNNER": value}, instance_dir=tmp_path)

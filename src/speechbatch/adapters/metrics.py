@@ -26,9 +26,9 @@ from speechbatch.domain.statuses import RunOutcome
 # The exposition's content type: it carries its charset already (as a mimetype, Flask
 # would add a second one, which Prometheus 2 logs as an error and Prometheus 3 refuses).
 CONTENT_TYPE = CONTENT_TYPE_LATEST
-CLAIM_RESULTS = ("won", "refused", "resumed")
+CLAIM_RESULTS = ("won", "refused", "resumed", "taken")
 RUN_OUTCOMES = tuple(str(o) for o in RunOutcome if o is not RunOutcome.RUNNING)
-RECOVERY_REASONS = ("lease", "worker")
+RECOVERY_REASONS = ("lease", "worker", "unassigned")
 BUDGET_REFUSAL_PLACES = ("claim", "run")
 # A provider call's label: its HTTP status, or the kind of failure (providers/retry.py).
 # These are the ones every deployment sees; another HTTP status appears when it happens.

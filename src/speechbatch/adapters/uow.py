@@ -43,6 +43,7 @@ from speechbatch.adapters.repositories import (
     Tokens,
     Users,
     UsersRepository,
+    Workers,
     WorkersRepository,
 )
 from speechbatch.adapters.repositories.exports import ExportRepository, Exports
@@ -128,6 +129,8 @@ class WriteUnit(ReadUnit, Protocol):
     def locks(self) -> Locks: ...
     @property
     def sign_ins(self) -> SignIns: ...
+    @property
+    def workers(self) -> Workers: ...
 
     def commit(self) -> None: ...
 

@@ -305,9 +305,13 @@ def stop_starting_items() -> None:
 
 
 def start_background_all() -> None:
-    """Start every runner's background loop in this process (gunicorn's post_worker_init)."""
+    """Start every runner's background loop in this process (gunicorn's post_worker_init).
+
+    Not with SPEECHBATCH_RUNNER=worker: web processes then run nothing, not even the
+    resume tick (the worker tier's ``WorkerTier.serve`` starts its own runner's)."""
     for runner in list(_RUNNERS):
-        runner.start_background(runner.background_tick)
+        if not runner.settings.runs_in_workers:
+            runner.start_background(runner.background_tick)
 
 
 def drain_all(timeout: float) -> None:

@@ -41,6 +41,7 @@ log = logging.getLogger(__name__)
 
 JOB_TYPE = "audio_export"
 RECOVERED_MESSAGE = "auto-recovered: export holder stopped renewing its lock"
+NO_WORKER_MESSAGE = "auto-recovered: no worker took the export within its lock's lease"
 MANIFEST_NAME = "manifest.csv"
 # A spreadsheet reads a cell starting with one of these as a formula (or a field separator).
 FORMULA_STARTS = ("=", "+", "-", "@", "\t", "\r")
@@ -86,6 +87,10 @@ def export_view(record: ExportRecord) -> dict[str, Any]:
     }
 
 
+# A lock held in the name of the worker tier: a worker takes it over (export_queue.py).
+QUEUED_HOLDER_PREFIX = "queued:"
+
+
 def new_holder() -> str:
     """A holder name that says which process took the lock, unique per grant."""
     return f"{socket.gethostname()}:{os.getpid()}:export-{uuid.uuid4().hex}"
@@ -106,7 +111,10 @@ def recover_exports(
                 return 0
         with uow_factory.impatient_writer() as uow:
             recovered = uow.exports.recover_dead_exports(
-                organization_id, RECOVERED_MESSAGE, export_id=export_id
+                organization_id,
+                RECOVERED_MESSAGE,
+                export_id=export_id,
+                untaken=(QUEUED_HOLDER_PREFIX, NO_WORKER_MESSAGE),
             )
             uow.commit()
     except DatabaseUnavailable:
@@ -123,9 +131,11 @@ def start_export(
     """Take the organization's export lock, record the export and start building it.
 
     Raises ExportInProgress while another holder has the lock live; a lock whose holder
-    stopped renewing is reclaimed here once its lease has run out.
+    stopped renewing is reclaimed here once its lease has run out. With the worker tier
+    (SPEECHBATCH_RUNNER=worker) the lock is held in its name and a worker builds it.
     """
-    holder = new_holder()
+    queued = settings.runs_in_workers
+    holder = QUEUED_HOLDER_PREFIX + new_holder() if queued else new_holder()
     ttl = settings.export_lock_ttl_seconds
     with uow_factory() as uow:
         try:
@@ -135,9 +145,13 @@ def start_export(
         repo = uow.exports
         export_id = repo.create_export(user.organization_id, user.id, grant.id)
         record = repo.get_export(export_id, user.organization_id)
+        if queued:
+            uow.workers.wake_workers()
         uow.commit()
     assert record is not None
     log.info("export started export=%s lock=%s holder=%s", export_id, grant.id, holder)
+    if queued:
+        return export_view(record)
     task = ExportTask(
         export_id=export_id,
         organization_id=user.organization_id,

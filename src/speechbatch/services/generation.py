@@ -24,12 +24,12 @@ log = logging.getLogger(__name__)
 
 
 class RunStarter(Protocol):
-    """What a claim needs of the runner: this process's worker id, its provider (for the
-    budget check), and starting a run."""
+    """What a claim needs of the runner: this process's worker id (None: the run is left
+    to the worker tier), its provider (for the budget check), and starting a run."""
 
     provider: TTSProvider
 
-    def worker_id(self) -> int: ...
+    def worker_id(self) -> int | None: ...
     def start(self, job_id: int, attempt: int) -> None: ...
 
 
@@ -42,7 +42,8 @@ def start_generation(
     *,
     regenerate: bool = False,
 ) -> dict[str, Any]:
-    """Claim a job (compare-and-set) and start its run in this process.
+    """Claim a job (compare-and-set) and start its run in this process (or, when the
+    runner has no worker id, leave it to the worker tier).
 
     Exactly one of any number of concurrent callers wins; the others get
     AlreadyGenerating (or NothingToGenerate when every item is DONE already).
@@ -81,7 +82,7 @@ def _claim(
     runner: RunStarter,
     user: UserRecord,
     job_id: int,
-    worker_id: int,
+    worker_id: int | None,
     regenerate: bool,
     *,
     recovery_first: bool,
@@ -112,6 +113,9 @@ def _claim(
         )
         if attempt is None:
             return None, None, uow.jobs.claim_refusal(job_id, user.organization_id)
+        if worker_id is None:
+            # Claimed for the worker tier: the workers wake when this commits.
+            uow.workers.wake_workers()
         # The answer shows the claim as it commits (GENERATING at the new attempt),
         # however fast the run then goes.
         view = _claimed_view(uow, settings, user, job_id)

@@ -15,12 +15,13 @@ from speechbatch.services.jobs import Limits
 
 
 class RunControl(Protocol):
-    """What a claim and a cancel need of the runner: this process's worker id, its
-    provider (for the budget check), starting a run and stopping one at once."""
+    """What a claim and a cancel need of the runner: this process's worker id (None when
+    runs are left to the worker tier), its provider (for the budget check), starting a run
+    and stopping one at once."""
 
     provider: TTSProvider
 
-    def worker_id(self) -> int: ...
+    def worker_id(self) -> int | None: ...
     def start(self, job_id: int, attempt: int) -> None: ...
     def cancel(self, job_id: int, attempt: int) -> None: ...
 
@@ -47,7 +48,9 @@ class AppServices(Protocol):
     uow_factory: UowFactory
     provider: TTSProvider
     storage: Storage
-    runner: RunControl
+    # What a click's claim and a cancel go through: this process's runner, or (with
+    # SPEECHBATCH_RUNNER=worker) the hand-off that leaves runs to the worker tier.
+    run_control: RunControl
     documents: DocumentCache
 
     @property

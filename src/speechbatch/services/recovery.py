@@ -55,6 +55,8 @@ def recover_all(uow_factory: UowFactory, settings: Settings) -> int:
 def _dead_run_message(job: StaleJob, settings: Settings) -> str:
     if job.reason == "lease":
         why = f"no progress for over {settings.lease_seconds:g} s"
+    elif job.reason == "unassigned":
+        why = f"no worker took it within {settings.worker_dead_seconds:g} s"
     else:
         why = f"worker {job.worker} stopped heartbeating"
     return f"auto-recovered: {why}; Retry resumes without paying again for DONE items"

@@ -186,7 +186,7 @@ def job_items(job_id: int, who: UserRecord | svc.Bearer) -> Response:
 def _generate(job_id: int, regenerate: bool) -> tuple[Response, int]:
     s = services()
     view = svc.start_generation(
-        s.uow_factory, s.settings, s.runner, current(), job_id, regenerate=regenerate
+        s.uow_factory, s.settings, s.run_control, current(), job_id, regenerate=regenerate
     )
     return jsonify(view), 202
 

@@ -281,7 +281,7 @@ def _start(job_id: int, *, regenerate: bool) -> Response:
     s = services()
     try:
         view = svc.start_generation(
-            s.uow_factory, s.settings, s.runner, current(), job_id, regenerate=regenerate
+            s.uow_factory, s.settings, s.run_control, current(), job_id, regenerate=regenerate
         )
     except Conflict as exc:
         flash(exc.message, "error")

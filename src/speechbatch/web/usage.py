@@ -32,7 +32,7 @@ CURRENCY_SYMBOLS = {"USD": "$", "EUR": "€", "GBP": "£", "JPY": "¥"}
 def cancel(job_id: int) -> Response:
     """End the job's live run at once (409 not_generating when there is none)."""
     s = services()
-    spending.cancel_generation(s.uow_factory, s.runner, current(), job_id)
+    spending.cancel_generation(s.uow_factory, s.run_control, current(), job_id)
     return jsonify(svc.get_job(s.uow_factory, s.settings, current(), job_id))
 
 
@@ -106,7 +106,7 @@ def cancel_page(job_id: int) -> Response:
     """The Cancel button: end the live run, back to the job page with a message."""
     s = services()
     try:
-        attempt = spending.cancel_generation(s.uow_factory, s.runner, page_user(), job_id)
+        attempt = spending.cancel_generation(s.uow_factory, s.run_control, page_user(), job_id)
     except NotGenerating as exc:
         flash(exc.message, "error")
     else:

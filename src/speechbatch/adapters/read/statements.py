@@ -30,7 +30,7 @@ from sqlalchemy.sql.elements import TextClause
 
 from speechbatch.adapters.db import UTCDateTime
 from speechbatch.adapters.models import Id, ItemStatus, JobStatus, RunOutcome
-from speechbatch.adapters.repositories.recovery import dead_worker, has_orphan_items, stale_progress
+from speechbatch.adapters.repositories.recovery import has_orphan_items, looks_dead
 from speechbatch.adapters.repositories.tables import (
     COUNTERS,
     api_tokens,
@@ -99,17 +99,17 @@ def _head_columns(liveness: bool, current_run: Any, current_worker: Any) -> list
         current_run.c.waiting_for_pace,
     ]
     if liveness:
-        looks_dead = or_(
+        dead = or_(
             and_(
                 jobs.c.status == JobStatus.GENERATING,
-                or_(
-                    stale_progress(bindparam("lease_seconds", type_=Float)),
-                    dead_worker(bindparam("worker_dead_seconds", type_=Float)),
+                looks_dead(
+                    bindparam("lease_seconds", type_=Float),
+                    bindparam("worker_dead_seconds", type_=Float),
                 ),
             ),
             has_orphan_items(),
         )
-        columns.append(case((looks_dead, True), else_=False).label("needs_recovery"))
+        columns.append(case((dead, True), else_=False).label("needs_recovery"))
     return columns
 
 

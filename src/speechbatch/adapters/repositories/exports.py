@@ -13,7 +13,10 @@ from sqlalchemy import (
     ColumnElement,
     Table,
     and_,
+    case,
+    exists,
     insert,
+    literal,
     or_,
     select,
     update,
@@ -22,7 +25,7 @@ from sqlalchemy.orm import Session
 
 from speechbatch.adapters.db import db_now
 from speechbatch.adapters.models import Export, ItemStatus
-from speechbatch.adapters.repositories.job_locks import LockRepository, live_lock
+from speechbatch.adapters.repositories.job_locks import LockRepository, job_locks, live_lock
 from speechbatch.adapters.repositories.tables import items, jobs
 from speechbatch.domain.statuses import ExportStatus
 
@@ -56,6 +59,16 @@ class DoneAudio:
     audio_path: str
 
 
+@dataclass(frozen=True)
+class QueuedExport:
+    """An export whose lock is held in the name of the worker tier, waiting for a worker."""
+
+    export_id: int
+    organization_id: int
+    lock_id: int
+    holder: str
+
+
 _EXPORT_COLUMNS = [
     exports.c.id,
     exports.c.organization_id,
@@ -85,8 +98,14 @@ class Exports(Protocol):
     ) -> bool: ...
     def fail_export(self, export_id: int, lock_id: int, message: str) -> bool: ...
     def any_dead_export(self, organization_id: int, *, export_id: int | None = None) -> bool: ...
+    def queued_exports(self, holder_prefix: str, limit: int) -> list[QueuedExport]: ...
     def recover_dead_exports(
-        self, organization_id: int, message: str, *, export_id: int | None = None
+        self,
+        organization_id: int,
+        message: str,
+        *,
+        export_id: int | None = None,
+        untaken: tuple[str, str] | None = None,
     ) -> list[int]: ...
 
 
@@ -208,6 +227,21 @@ class ExportRepository:
             is not None
         )
 
+    def queued_exports(self, holder_prefix: str, limit: int) -> list[QueuedExport]:
+        """RUNNING exports whose live lock is held under ``holder_prefix`` (read only)."""
+        rows = self.session.execute(
+            select(exports.c.id, exports.c.organization_id, job_locks.c.id, job_locks.c.holder)
+            .join(job_locks, job_locks.c.id == exports.c.lock_id)
+            .where(
+                exports.c.status == ExportStatus.RUNNING,
+                job_locks.c.holder.startswith(holder_prefix, autoescape=True),
+                live_lock(exports.c.lock_id),
+            )
+            .order_by(exports.c.id)
+            .limit(limit)
+        )
+        return [QueuedExport(int(r[0]), int(r[1]), int(r[2]), str(r[3])) for r in rows]
+
     def any_dead_export(self, organization_id: int, *, export_id: int | None = None) -> bool:
         """Whether a RUNNING export's grant expired or was released (a read: it decides
         whether a read pays for a writing transaction at all)."""
@@ -217,17 +251,36 @@ class ExportRepository:
         return found is not None
 
     def recover_dead_exports(
-        self, organization_id: int, message: str, *, export_id: int | None = None
+        self,
+        organization_id: int,
+        message: str,
+        *,
+        export_id: int | None = None,
+        untaken: tuple[str, str] | None = None,
     ) -> list[int]:
         """Compare-and-set: fail RUNNING exports whose grant expired or was released.
 
         One conditional UPDATE; a holder that renewed or completed first keeps its
-        export (zero rows). Returns the ids it recovered.
+        export (zero rows). Returns the ids it recovered. ``untaken`` is (holder prefix,
+        message): an export whose lock was still held under that prefix (nobody took it
+        over) gets that message instead.
         """
+        error_message: Any = literal(message)
+        if untaken is not None:
+            prefix, untaken_message = untaken
+            never_taken = (
+                exists()
+                .where(
+                    job_locks.c.id == exports.c.lock_id,
+                    job_locks.c.holder.startswith(prefix, autoescape=True),
+                )
+                .correlate(exports)
+            )
+            error_message = case((never_taken, literal(untaken_message)), else_=error_message)
         recovered = self.session.execute(
             update(exports)
             .where(_dead_exports(organization_id, export_id))
-            .values(status=ExportStatus.FAILED, error_message=message, finished_at=db_now())
+            .values(status=ExportStatus.FAILED, error_message=error_message, finished_at=db_now())
             .returning(exports.c.id)
         )
         return [int(row.id) for row in recovered]

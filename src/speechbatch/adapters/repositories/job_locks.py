@@ -109,6 +109,7 @@ class Locks(Protocol):
         self, organization_id: int, job_type: str, holder: str, ttl_seconds: float
     ) -> JobLockGrant: ...
     def renew(self, lock_id: int, holder: str, ttl_seconds: float) -> bool: ...
+    def hand_over(self, lock_id: int, holder: str, new_holder: str, ttl_seconds: float) -> bool: ...
     def release(self, lock_id: int) -> bool: ...
 
 
@@ -206,6 +207,19 @@ class LockRepository:
                 update(job_locks)
                 .where(*_ours_and_live(lock_id, holder))
                 .values(expires_at=later(ttl_seconds))
+                .returning(job_locks.c.id)
+            ).first()
+            is not None
+        )
+
+    def hand_over(self, lock_id: int, holder: str, new_holder: str, ttl_seconds: float) -> bool:
+        """Compare-and-set: pass a live grant from ``holder`` to ``new_holder`` for
+        ``ttl_seconds`` from now; whether it won (of two takers exactly one does)."""
+        return (
+            self.session.execute(
+                update(job_locks)
+                .where(*_ours_and_live(lock_id, holder))
+                .values(holder=new_holder, expires_at=later(ttl_seconds))
                 .returning(job_locks.c.id)
             ).first()
             is not None

@@ -21,7 +21,7 @@ class StaleJob:
 
     job_id: int
     attempt: int
-    reason: str  # "lease" or "worker"
+    reason: str  # "lease", "worker" or "unassigned" (no worker took the claimed run)
     worker: str | None
 
 
@@ -49,6 +49,34 @@ def dead_worker(worker_dead_seconds: float | ColumnElement[float]) -> ColumnElem
         )
         .correlate(jobs)
         .exists()
+    )
+
+
+def unassigned_run(worker_dead_seconds: float | ColumnElement[float]) -> ColumnElement[bool]:
+    """The job's current run was claimed for the worker tier and no worker took it within
+    ``worker_dead_seconds`` (its run has no worker since then)."""
+    return (
+        select(1)
+        .where(
+            runs.c.job_id == jobs.c.id,
+            runs.c.attempt == jobs.c.attempt,
+            runs.c.worker_id.is_(None),
+            runs.c.started_at < ago(worker_dead_seconds),
+        )
+        .correlate(jobs)
+        .exists()
+    )
+
+
+def looks_dead(
+    lease_seconds: float | ColumnElement[float], worker_dead_seconds: float | ColumnElement[float]
+) -> ColumnElement[bool]:
+    """Any of the reasons a GENERATING job is dead: no progress for the lease, its
+    worker stopped heartbeating, or no worker took its run."""
+    return or_(
+        stale_progress(lease_seconds),
+        dead_worker(worker_dead_seconds),
+        unassigned_run(worker_dead_seconds),
     )
 
 
@@ -106,12 +134,15 @@ class RecoveryRepository:
     ) -> list[StaleJob]:
         """GENERATING jobs that look dead now (read only; recovery re-checks)."""
         stale = stale_progress(lease_seconds)
-        dead = dead_worker(worker_dead_seconds)
+        unassigned = unassigned_run(worker_dead_seconds)
+        reason = case(
+            (stale, literal("lease")), (unassigned, literal("unassigned")), else_=literal("worker")
+        )
         stmt = (
             select(
                 jobs.c.id,
                 jobs.c.attempt,
-                case((stale, literal("lease")), else_=literal("worker")).label("reason"),
+                reason.label("reason"),
                 workers.c.hostname,
                 workers.c.pid,
             )
@@ -120,7 +151,10 @@ class RecoveryRepository:
                     runs, and_(runs.c.job_id == jobs.c.id, runs.c.attempt == jobs.c.attempt)
                 ).outerjoin(workers, workers.c.id == runs.c.worker_id)
             )
-            .where(jobs.c.status == JobStatus.GENERATING, or_(stale, dead))
+            .where(
+                jobs.c.status == JobStatus.GENERATING,
+                looks_dead(lease_seconds, worker_dead_seconds),
+            )
         )
         if organization_id is not None:
             stmt = stmt.where(jobs.c.organization_id == organization_id)
@@ -146,6 +180,8 @@ class RecoveryRepository:
         """
         if stale.reason == "lease":
             still_dead = stale_progress(lease_seconds)
+        elif stale.reason == "unassigned":
+            still_dead = unassigned_run(worker_dead_seconds)
         else:
             still_dead = dead_worker(worker_dead_seconds)
         ended = self._runs.end_job(
@@ -183,7 +219,7 @@ class RecoveryRepository:
             .where(
                 jobs.c.organization_id == organization_id,
                 jobs.c.status == JobStatus.GENERATING,
-                or_(stale_progress(lease_seconds), dead_worker(worker_dead_seconds)),
+                looks_dead(lease_seconds, worker_dead_seconds),
             )
             .correlate(None)
         )
