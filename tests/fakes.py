@@ -28,6 +28,7 @@ from speechbatch.adapters.repositories import (
 from speechbatch.adapters.repositories.exports import Exports
 from speechbatch.adapters.repositories.job_locks import Locks
 from speechbatch.adapters.repositories.ledger import Usage
+from speechbatch.adapters.repositories.renders import Renders
 from speechbatch.adapters.repositories.resume import Resumes
 from speechbatch.adapters.repositories.slots import SlotReads
 
@@ -314,6 +315,7 @@ class FakeUnitOfWork:
     # Typed, never set: the services under test do not reach them (exports, locks, tokens,
     # sign-ins, resume and the runner's moves have integration tests on both databases).
     exports: Exports
+    renders: Renders
     locks: Locks
     tokens: Tokens
     sign_ins: SignIns

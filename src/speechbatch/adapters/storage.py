@@ -3,14 +3,16 @@
 from __future__ import annotations
 
 import os
+import shutil
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import BinaryIO
 
 # Temporary files of atomic writes; a process killed mid-write leaves one behind.
 TEMP_PREFIX = ".tmp-"
+_COPY_CHUNK = 1024 * 1024
 
 
 class LocalStorage:
@@ -28,7 +30,21 @@ class LocalStorage:
 
     def write(self, key: str, data: bytes) -> None:
         """Write atomically and durably: a reader sees the old file or the whole new one,
-        never a part, and once this returns a machine crash cannot lose it.
+        never a part, and once this returns a machine crash cannot lose it."""
+        self._publish(key, lambda f: f.write(data))
+
+    def write_file(self, key: str, source: Path) -> None:
+        """Store a copy of the file ``source`` under ``key``, atomically and durably as
+        ``write`` does; the file is copied in pieces, never read whole."""
+
+        def copy(f: BinaryIO) -> None:
+            with source.open("rb") as src:
+                shutil.copyfileobj(src, f, _COPY_CHUNK)
+
+        self._publish(key, copy)
+
+    def _publish(self, key: str, fill: Callable[[BinaryIO], object]) -> None:
+        """Fill a temporary file next to the key's file, sync it, rename it into place.
 
         The data is synced before the rename, and the directory after it: the new name
         lives in the directory, so without that sync a crash can leave an item DONE in
@@ -39,7 +55,7 @@ class LocalStorage:
         fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=TEMP_PREFIX, suffix=path.suffix)
         try:
             with os.fdopen(fd, "wb") as f:
-                f.write(data)
+                fill(f)
                 f.flush()
                 os.fsync(f.fileno())
             os.replace(tmp, path)
