@@ -193,14 +193,37 @@ def test_m4b_render_of_a_job_without_chapters_is_one_chapter_named_after_it(
     status, mimetype, audio = fetch(client, done["download_url"], auth)
     assert (status, mimetype) == (200, "audio/mp4")
     check_timing(done, audio, fetch(client, done["captions"]["vtt"], auth)[2].decode(), starts)
-    with av.open(io.BytesIO(audio)) as container:
+    with av.open(io.BytesIO(audio), mode="r") as container:
         assert container.streams.audio[0].codec_context.name == "aac"
-        chapters = container.chapters()
-    assert [(c["metadata"]["title"], c["start"] * c["time_base"]) for c in chapters] == [
-        ("A book from lines", 0)
-    ]
+        (chapter,) = container.chapters()
+    assert chapter["metadata"]["title"] == "A book from lines"
+    time_base = chapter["time_base"] or 1
+    assert chapter["start"] == 0
+    assert abs(float(chapter["end"] * time_base) - done["duration_seconds"]) < 0.002
     samples, rate = decode_all(audio)
     assert abs(pyloudnorm.Meter(rate).integrated_loudness(samples) - -24.0) < 1.0
+
+
+def test_m4b_chapters_are_mp4_chapters_at_the_offsets_the_json_gives(
+    client: FlaskClient, auth: dict[str, str], svc: Services, admin: UserRecord
+) -> None:
+    job_id = finished_job(svc, admin, TONES, chapters=CHAPTERS)
+    done = wait_ended(client, auth, job_id, start(client, auth, job_id, format="m4b")["id"])
+    assert done["status"] == "COMPLETED", done
+    status, _, audio = fetch(client, done["download_url"], auth)
+    assert status == 200
+    with av.open(io.BytesIO(audio), mode="r") as container:
+        chapters = container.chapters()
+    read_back = [
+        {
+            "title": c["metadata"]["title"],
+            "start_seconds": float(c["start"] * (c["time_base"] or 1)),
+            "end_seconds": float(c["end"] * (c["time_base"] or 1)),
+        }
+        for c in chapters
+    ]
+    assert read_back == done["chapters"]
+    assert read_back[1]["start_seconds"] == round(expected_starts(TONES, gaps(0.4, 1.5))[3], 3)
 
 
 def test_render_without_normalization_keeps_the_items_levels(
@@ -256,7 +279,7 @@ def test_second_render_of_a_job_is_refused_while_one_runs(
     other_job = finished_job(svc, admin, TONES[:1])
     gate = threading.Event()
     plain = svc.storage
-    svc.storage = GatedStorage(plain.root, gate)  # type: ignore[attr-defined]
+    svc.storage = GatedStorage(plain.root, gate)
     try:
         first = start(client, auth, job_id, format="mp3")
         refused = client.post(f"/api/jobs/{job_id}/renders", json={"format": "m4b"}, headers=auth)

@@ -60,7 +60,7 @@ def encode_mp3(samples: npt.NDArray[np.float32], rate: int = RATE) -> bytes:
 
 def decode_all(data: bytes) -> tuple[Samples, int]:
     """Every sample of an audio file (first stream, mixed to mono) and its rate."""
-    with av.open(io.BytesIO(data)) as container:
+    with av.open(io.BytesIO(data), mode="r") as container:
         stream = container.streams.audio[0]
         rate = stream.codec_context.sample_rate
         resampler = av.AudioResampler(format="dbl", layout="mono", rate=rate)

@@ -23,6 +23,9 @@ from speechbatch.adapters.audio.pcm import Samples
 from speechbatch.domain.renders import ChapterMark
 
 _CONTAINERS = {"mp3": ("mp3", "libmp3lame"), "m4b": ("ipod", "aac")}
+# The encoders' faster settings: LAME's algorithm quality 7 ("fast", still transparent
+# for speech at this bit rate) and FFmpeg AAC's fast coder; each about doubles the speed.
+_OPTIONS = {"mp3": {"compression_level": "7"}, "m4b": {"aac_coder": "fast"}}
 BIT_RATE = 64_000  # mono speech
 _MS = Fraction(1, 1000)
 _NO_OFFSET = 0xFFFFFFFF  # ID3 CHAP: "use the times, not byte offsets"
@@ -56,19 +59,33 @@ class AudioWriter:
                     for i, c in enumerate(chapters)
                 ]
             )
-        stream = self._container.add_stream(codec, rate=rate, layout="mono")
+        stream = self._container.add_stream(codec, rate=rate, layout="mono", options=_OPTIONS[fmt])
         assert isinstance(stream, AudioStream)
         self._stream = stream
         self._stream.bit_rate = BIT_RATE
         self._pts = 0
+        self._pending: list[Samples] = []
+        self._pending_samples = 0
 
     def write(self, samples: Samples) -> None:
-        """Encode the next piece."""
+        """Encode the next piece (gathered into pieces of a second: a frame per decoded
+        frame would cost more in calls than in encoding)."""
         if samples.size == 0:
             return
+        self._pending.append(samples)
+        self._pending_samples += samples.size
+        if self._pending_samples >= self.rate:
+            self._flush()
+
+    def _flush(self) -> None:
+        if not self._pending:
+            return
+        samples = np.concatenate(self._pending)
+        self._pending = []
+        self._pending_samples = 0
         frame = av.AudioFrame.from_ndarray(
             np.ascontiguousarray(samples, dtype=np.float32).reshape(1, -1),
-            format="flt",
+            format="fltp",
             layout="mono",
         )
         frame.sample_rate = self.rate
@@ -96,6 +113,7 @@ class AudioWriter:
         if exc_type is not None:
             self._container.close()
             return
+        self._flush()
         for packet in self._stream.encode(None):
             self._container.mux(packet)
         self._container.close()
