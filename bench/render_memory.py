@@ -35,6 +35,8 @@ from _inprocess import app_in_process
 from av.audio.stream import AudioStream
 from sqlalchemy import insert, text
 
+from speechbatch.adapters.models import Chapter
+
 RATE = 22050
 ITEM_SECONDS = 3.0
 CHAPTER_EVERY = 25
@@ -71,15 +73,21 @@ def make_finished_job(unit: Any, client: Any, items: int) -> int:
         key = f"jobs/{job['id']}/tone-{n}.mp3"
         storage.write(key, tone_mp3(220.0 + 110 * n))
         keys.append(key)
+    chapters = [
+        {"job_id": job["id"], "index": c, "title": f"Chapter {c + 1}"}
+        for c in range((items + CHAPTER_EVERY - 1) // CHAPTER_EVERY)
+    ]
+    for chapter in chapters:
+        chapter["first_position"] = 1 + chapter["index"] * CHAPTER_EVERY
     with unit.services.uow_factory() as uow:
-        uow.session.execute(
-            text(
-                "UPDATE items SET status = 'DONE', audio_path = CASE (position % 5) "
-                + " ".join(f"WHEN {n} THEN '{key}'" for n, key in enumerate(keys))
-                + " END WHERE job_id = :job"
-            ),
-            {"job": job["id"]},
-        )
+        for n, key in enumerate(keys):
+            uow.session.execute(
+                text(
+                    "UPDATE items SET status = 'DONE', audio_path = :key "
+                    "WHERE job_id = :job AND position % 5 = :n"
+                ),
+                {"key": key, "job": job["id"], "n": n},
+            )
         uow.session.execute(
             text(
                 "UPDATE jobs SET status = 'COMPLETED', items_done = :n, items_pending = 0 "
@@ -87,20 +95,7 @@ def make_finished_job(unit: Any, client: Any, items: int) -> int:
             ),
             {"n": items, "job": job["id"]},
         )
-        from speechbatch.adapters.models import Chapter
-
-        uow.session.execute(
-            insert(Chapter),
-            [
-                {
-                    "job_id": job["id"],
-                    "index": c,
-                    "title": f"Chapter {c + 1}",
-                    "first_position": 1 + c * CHAPTER_EVERY,
-                }  # fmt: skip
-                for c in range((items + CHAPTER_EVERY - 1) // CHAPTER_EVERY)
-            ],
-        )
+        uow.session.execute(insert(Chapter), chapters)
         uow.commit()
     return int(job["id"])
 
