@@ -49,6 +49,9 @@ def job_type(job_id: int) -> str:
 
 def _whole(body: dict[str, Any], name: str, default: int, top: int) -> int:
     value = body.get(name, default)
+    # JSON does not tell 19 from 19.0: either is the whole number 19.
+    if isinstance(value, float) and value.is_integer():
+        value = int(value)
     if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= top:
         raise ValidationError(f"{name} must be a whole number from 0 to {top}", field=name)
     return value

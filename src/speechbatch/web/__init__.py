@@ -28,7 +28,7 @@ def register_web(app: Flask, csrf: CSRFProtect, *, production: bool) -> None:
     app.register_blueprint(exports_api.bp)
     csrf.exempt(exports_api.create_export)  # require_user checks X-CSRFToken on session writes
     app.register_blueprint(renders_api.bp)
-    csrf.exempt(renders_api.create_render)  # require_user checks X-CSRFToken on session writes
+    csrf.exempt(renders_api.job_renders)  # require_user checks X-CSRFToken on session writes
     app.register_blueprint(usage.bp)
     csrf.exempt(usage.cancel)  # require_user checks X-CSRFToken on session writes
     app.register_blueprint(tokens_api.bp)

@@ -2,7 +2,7 @@
 
 The API routes authenticate like the rest of the API (``require_user``: a bearer token,
 or the browser session with an ``X-CSRFToken`` header on writes), so the app exempts
-``create_render`` from the form CSRF check; the page's form POST is not exempt and
+``job_renders`` from the form CSRF check; the page's form POST is not exempt and
 carries a hidden ``csrf_token`` field.
 """
 
@@ -21,20 +21,18 @@ from speechbatch.web.context import services, session_user
 bp = Blueprint("renders", __name__)
 
 
-@bp.post("/api/jobs/<int:job_id>/renders")
+# One rule for both methods: with two, an id too large for the database would fail the
+# GET rule's converter and then match the POST rule's path, answering 405 instead of 404.
+@bp.route("/api/jobs/<int:job_id>/renders", methods=["GET", "POST"])
 @require_user
-def create_render(job_id: int) -> tuple[Response, int]:
-    """Start a render of a finished job (409 unless complete, or while one runs)."""
+def job_renders(job_id: int) -> Response | tuple[Response, int]:
+    """GET: a job's renders, newest first, after lease-expiry recovery. POST: start a
+    render of a finished job (409 unless complete, or while one runs)."""
     s = services()
+    if request.method == "GET":
+        return jsonify({"renders": svc.list_renders(s.uow_factory, current(), job_id)})
     view = svc.start_render(s.uow_factory, s.settings, s.storage, current(), job_id, json_body())
     return jsonify(view), 202
-
-
-@bp.get("/api/jobs/<int:job_id>/renders")
-@require_user
-def list_renders(job_id: int) -> Response:
-    """A job's renders, newest first, after lease-expiry recovery."""
-    return jsonify({"renders": svc.list_renders(services().uow_factory, current(), job_id)})
 
 
 @bp.get("/api/jobs/<int:job_id>/renders/<int:render_id>")
