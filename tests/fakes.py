@@ -28,6 +28,7 @@ from speechbatch.adapters.repositories import (
 from speechbatch.adapters.repositories.exports import Exports
 from speechbatch.adapters.repositories.job_locks import Locks
 from speechbatch.adapters.repositories.ledger import Usage
+from speechbatch.adapters.repositories.renders import Renders
 from speechbatch.adapters.repositories.resume import Resumes
 from speechbatch.adapters.repositories.slots import SlotReads
 from speechbatch.adapters.repositories.workers import Workers
@@ -317,6 +318,7 @@ class FakeUnitOfWork:
     # databases).
     exports: Exports
     workers: Workers
+    renders: Renders
     locks: Locks
     tokens: Tokens
     sign_ins: SignIns

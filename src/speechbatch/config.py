@@ -82,6 +82,7 @@ class Settings:
     storage_dir: str = str((DEFAULT_INSTANCE_DIR / "audio").resolve())
     max_content_length: int = 25 * 1024 * 1024
     export_lock_ttl_seconds: float = 60.0
+    render_lock_ttl_seconds: float = 60.0
     # Price of a million billed characters, for estimates; None: characters only.
     tts_price_per_million_characters: float | None = None
     currency: str = "USD"
@@ -166,6 +167,8 @@ class Settings:
             raise ConfigError("SPEECHBATCH_TRUSTED_PROXIES must be 0 (no proxy) or more")
         if self.export_lock_ttl_seconds <= 0:
             raise ConfigError("SPEECHBATCH_EXPORT_LOCK_TTL_SECONDS must be positive")
+        if self.render_lock_ttl_seconds <= 0:
+            raise ConfigError("SPEECHBATCH_RENDER_LOCK_TTL_SECONDS must be positive")
         price = self.tts_price_per_million_characters
         if price is not None and not (0 <= price < float("inf")):
             raise ConfigError(
@@ -222,7 +225,8 @@ class Settings:
         if voices:
             values["tts_voices"] = tuple(v.strip() for v in voices.split(",") if v.strip())
         for name in ("lease_seconds", "worker_dead_seconds", "tts_timeout_seconds",
-                     "export_lock_ttl_seconds", "tts_price_per_million_characters"):  # fmt: skip
+                     "export_lock_ttl_seconds", "render_lock_ttl_seconds",
+                     "tts_price_per_million_characters"):  # fmt: skip
             number(name, float)
         for name in ("item_concurrency", "tts_max_attempts", "provider_concurrency",
                      "provider_rpm", "trusted_proxies"):  # fmt: skip

@@ -102,6 +102,18 @@ class ExportInProgress(Conflict):
     code = "export_in_progress"
 
 
+class RenderInProgress(Conflict):
+    """A render of this job is running; wait for it to finish."""
+
+    code = "render_in_progress"
+
+
+class JobNotComplete(Conflict):
+    """Every item of the job must be done (with its audio) before it can be rendered."""
+
+    code = "job_not_complete"
+
+
 class LockHeld(SpeechbatchError):
     """The organization-level lock is held by a live holder."""
 

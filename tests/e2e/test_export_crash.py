@@ -1,8 +1,7 @@
 """A holder SIGKILLed in the middle of an export: 409 while its lease runs, then recovery.
 
-The server is real gunicorn with one worker. To catch the builder mid-export, the app is
-served through a small wrapper module (written to the test's tmp dir) whose storage reads
-audio slowly; nothing in the product reads a test knob. The lease is short
+The server is real gunicorn with one worker. To catch the builder mid-export, its storage
+reads audio slowly (``tests/support/slow_reads.py``). The lease is short
 (``SPEECHBATCH_EXPORT_LOCK_TTL_SECONDS``), so the builder renews it every third of that.
 """
 
@@ -26,45 +25,12 @@ from speechbatch.adapters.repositories.job_locks import job_locks
 from tests.e2e.conftest import Metric
 from tests.support.fake_provider import fake_audio
 from tests.support.server import ApiClient, GunicornServer, wait_until
+from tests.support.slow_reads import slow_reads_server
 
 LOCK_TTL_SECONDS = 6.0
 READ_DELAY_SECONDS = 0.4
 ITEMS = 16
 RECOVERED_MESSAGE = "auto-recovered: export holder stopped renewing its lock"
-
-SLOW_WSGI = '''
-"""The app, with audio reads slowed down so that an export takes a while."""
-
-import time
-
-from speechbatch import create_app
-from speechbatch.adapters.storage import LocalStorage
-
-
-class SlowReads(LocalStorage):
-    def open(self, key):
-        if key.startswith("jobs/"):
-            time.sleep({delay})
-        return super().open(key)
-
-
-app = create_app()
-services = app.extensions["speechbatch"]
-services.storage = SlowReads(services.storage.root)
-'''
-
-
-class SlowExportServer(GunicornServer):
-    """gunicorn serving ``slow_export_wsgi:app`` from ``module_dir`` (config from the root)."""
-
-    def __init__(self, *args: Any, module_dir: Path, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
-        self.module_dir = module_dir
-
-    def command(self) -> list[str]:
-        command = super().command()
-        command[command.index("wsgi:app")] = "slow_export_wsgi:app"
-        return [*command, "--pythonpath", str(self.module_dir)]
 
 
 @pytest.fixture
@@ -78,17 +44,14 @@ def db(app_database_url: str) -> Iterator[Engine]:
 @pytest.fixture
 def server(env: dict[str, str], api_token: str, tmp_path: Path) -> Iterator[GunicornServer]:
     """One gunicorn worker with slow audio reads and a short export lease."""
-    module_dir = tmp_path / "wsgi"
-    module_dir.mkdir()
-    (module_dir / "slow_export_wsgi.py").write_text(SLOW_WSGI.format(delay=READ_DELAY_SECONDS))
     server_env = {
         **env,
         "SPEECHBATCH_EXPORT_LOCK_TTL_SECONDS": f"{LOCK_TTL_SECONDS:g}",
         # Archives are built in TMPDIR/speechbatch-exports: the test's own, to look into.
         "TMPDIR": str(tmp_path),
     }
-    server = SlowExportServer(
-        server_env, tmp_path, workers=1, threads=4, name="export", module_dir=module_dir
+    server = slow_reads_server(
+        server_env, tmp_path, delay=READ_DELAY_SECONDS, workers=1, threads=4, name="export"
     )
     try:
         yield server.start()

@@ -49,6 +49,7 @@ from speechbatch.adapters.repositories import (
 from speechbatch.adapters.repositories.exports import ExportRepository, Exports
 from speechbatch.adapters.repositories.job_locks import LockRepository, Locks, is_unique_violation
 from speechbatch.adapters.repositories.ledger import Spending, SpendingRepository
+from speechbatch.adapters.repositories.renders import RenderRepository, Renders
 from speechbatch.adapters.repositories.resume import ResumeRepository, Resumes
 from speechbatch.adapters.repositories.slots import SlotReads, SlotRepository
 from speechbatch.errors import AlreadyExists, DatabaseError, DatabaseUnavailable, SpeechbatchError
@@ -100,6 +101,8 @@ class ReadUnit(Protocol):
     def views(self) -> Views: ...
     @property
     def exports(self) -> Exports: ...
+    @property
+    def renders(self) -> Renders: ...
     @property
     def spending(self) -> Spending: ...
     @property
@@ -185,6 +188,7 @@ class _Unit:
         self.recovery = RecoveryRepository(self.session)
         self.views = JobViews(self.session)
         self.exports = ExportRepository(self.session)
+        self.renders = RenderRepository(self.session)
         self.locks = LockRepository(self.session)
         self.spending = SpendingRepository(self.session)
         self.tokens = TokenRepository(self.session)

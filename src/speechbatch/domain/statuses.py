@@ -47,6 +47,14 @@ class ExportStatus(StrEnum):
     FAILED = "FAILED"
 
 
+class RenderStatus(StrEnum):
+    """Render states: RUNNING -> COMPLETED | FAILED."""
+
+    RUNNING = "RUNNING"
+    COMPLETED = "COMPLETED"
+    FAILED = "FAILED"
+
+
 def values(enum: type[StrEnum]) -> list[str]:
     """The enum's values in declaration order, as plain strings (for JSON schemas)."""
     return [str(member) for member in enum]

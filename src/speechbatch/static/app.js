@@ -22,6 +22,16 @@ document.addEventListener("submit", function (event) {
   }
 });
 
+// A render's chapter titles are seek points of its player.
+document.addEventListener("click", function (event) {
+  var button = event.target.closest && event.target.closest("button[data-seek]");
+  if (!button) return;
+  var player = document.getElementById(button.dataset.player);
+  if (!player) return;
+  player.currentTime = parseFloat(button.dataset.seek) || 0;
+  player.play().catch(function () {});
+});
+
 applyWidths(document);
 
 var jobRoot = document.getElementById("job");

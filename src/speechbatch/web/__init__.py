@@ -16,6 +16,7 @@ def register_web(app: Flask, csrf: CSRFProtect, *, production: bool) -> None:
         metrics_api,
         openapi,
         pages,
+        renders_api,
         security,
         tokens_api,
         usage,
@@ -26,6 +27,8 @@ def register_web(app: Flask, csrf: CSRFProtect, *, production: bool) -> None:
     app.register_blueprint(pages.bp)
     app.register_blueprint(exports_api.bp)
     csrf.exempt(exports_api.create_export)  # require_user checks X-CSRFToken on session writes
+    app.register_blueprint(renders_api.bp)
+    csrf.exempt(renders_api.job_renders)  # require_user checks X-CSRFToken on session writes
     app.register_blueprint(usage.bp)
     csrf.exempt(usage.cancel)  # require_user checks X-CSRFToken on session writes
     app.register_blueprint(tokens_api.bp)

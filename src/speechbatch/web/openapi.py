@@ -551,6 +551,8 @@ PATHS: dict[str, Any] = {
 
 def document(limits: Limits) -> dict[str, Any]:
     """The OpenAPI 3.1 document of every ``/api/`` call, for the configured provider."""
+    from speechbatch.web import openapi_renders  # it builds on this module's helpers
+
     return {
         "openapi": "3.1.0",
         "info": {
@@ -562,9 +564,9 @@ def document(limits: Limits) -> dict[str, Any]:
                 'Errors are `{"error": {"code", "message"}}`.'
             ),
         },
-        "paths": PATHS,
+        "paths": {**PATHS, **openapi_renders.PATHS},
         "components": {
-            "schemas": {**SCHEMAS, "NewJob": _new_job(limits)},
+            "schemas": {**SCHEMAS, **openapi_renders.SCHEMAS, "NewJob": _new_job(limits)},
             "responses": {
                 f"E{status}": _json("Error", text) for status, text in ERROR_TEXT.items()
             },

@@ -27,6 +27,7 @@ from speechbatch import services as svc
 from speechbatch.domain.statuses import ItemStatus, JobStatus
 from speechbatch.errors import Conflict, NotFound, TooManySignIns, ValidationError
 from speechbatch.services import UserRecord, accounts
+from speechbatch.services.renders import list_renders
 from speechbatch.web.context import reads, services, session_user
 from speechbatch.web.presenters import actions, format_when, percent, recovery_notice
 
@@ -274,6 +275,7 @@ def job(job_id: int) -> PageResponse:
         notice=recovery_notice(view),
         percent=percent,
         poll_ms=POLL_INTERVAL_MS,
+        renders=list_renders(s.uow_factory, current(), job_id),
     )
 
 

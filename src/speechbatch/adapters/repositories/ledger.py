@@ -27,6 +27,7 @@ from speechbatch.adapters.models import (
     ItemStatus,
     Job,
     Organization,
+    Render,
     UsageMonth,
 )
 from speechbatch.adapters.models import (
@@ -38,6 +39,7 @@ usage_months = cast(Table, UsageMonth.__table__)
 items = cast(Table, Item.__table__)
 jobs = cast(Table, Job.__table__)
 exports = cast(Table, Export.__table__)
+renders = cast(Table, Render.__table__)
 reservations = cast(Table, ReservationRow.__table__)
 
 # Fingerprints per IN (...) list: well under every backend's bound-parameter limit.
@@ -293,7 +295,8 @@ class SpendingRepository:
         return found
 
     def referenced_keys(self, keys: Iterable[str]) -> set[str]:
-        """Which of these storage keys an item's audio or an export's archive refers to."""
+        """Which of these storage keys an item's audio, an export's archive or a render's
+        files refer to."""
         wanted = sorted(set(keys))
         found: set[str] = set()
         for chunk in _chunks(wanted):
@@ -307,6 +310,10 @@ class SpendingRepository:
                     select(exports.c.file_path).where(exports.c.file_path.in_(chunk))
                 ).scalars()
             )
+            for column in (renders.c.file_path, renders.c.vtt_path, renders.c.srt_path):
+                found.update(
+                    self.session.execute(select(column).where(column.in_(chunk))).scalars()
+                )
         return found
 
     def is_referenced(self, key: str) -> bool:

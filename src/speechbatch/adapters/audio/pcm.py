@@ -1,0 +1,36 @@
+"""Decoding any audio file PyAV reads (MP3, WAV, OGG, ...) into mono float32 pieces."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import BinaryIO
+
+import av
+import numpy as np
+import numpy.typing as npt
+
+# The rate every render is made at: the offline voices' own (espeak and Piper speak at
+# 22,050 Hz), so their audio is never resampled; other rates are converted on decode.
+RATE = 22050
+
+Samples = npt.NDArray[np.float32]
+
+
+def decode(source: BinaryIO, rate: int = RATE) -> Iterator[Samples]:
+    """The first audio stream of ``source`` as mono float32 pieces at ``rate``.
+
+    One decoded frame at a time: a long file is never held whole.
+    """
+    with av.open(source, mode="r") as container:
+        stream = container.streams.audio[0]
+        resampler = av.AudioResampler(format="flt", layout="mono", rate=rate)
+        for frame in container.decode(stream):
+            for out in resampler.resample(frame):
+                yield _mono(out)
+        for out in resampler.resample(None):
+            yield _mono(out)
+
+
+def _mono(frame: av.AudioFrame) -> Samples:
+    """A packed mono float frame's samples (a copy: PyAV reuses its buffers)."""
+    return np.array(frame.to_ndarray()[0], dtype=np.float32)

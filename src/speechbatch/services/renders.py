@@ -1,0 +1,235 @@
+"""Renders: one audio file of a whole job, with chapters and captions, built under a lock.
+
+``start_render`` checks that every item is DONE, takes the organization's lock of job type
+``render:JOB_ID`` and inserts the render row in one transaction, then builds the file in a
+background thread of this process (``render_builder``), exactly as exports are built: the
+lock is renewed in short transactions, the files are published while the grant is ours,
+and the render is completed and the lock released in one transaction fenced by the grant.
+A holder that dies stops renewing; the next read of the job's renders flips its render to
+FAILED once the lease has run out, and the next ``start_render`` reclaims the lock.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import os
+import socket
+import uuid
+from typing import Any
+
+from speechbatch.adapters.repositories import UserRecord
+from speechbatch.adapters.repositories.renders import RenderRecord
+from speechbatch.adapters.uow import UowFactory
+from speechbatch.config import Settings
+from speechbatch.domain import renders as rules
+from speechbatch.domain.renders import RenderOptions
+from speechbatch.domain.statuses import JobStatus, RenderStatus
+from speechbatch.errors import (
+    DatabaseUnavailable,
+    JobNotComplete,
+    LockHeld,
+    NotFound,
+    RenderInProgress,
+    ValidationError,
+)
+from speechbatch.services.ports import Storage
+from speechbatch.services.render_builder import RenderBuilder, RenderTask
+
+log = logging.getLogger(__name__)
+
+RECOVERED_MESSAGE = "auto-recovered: render holder stopped renewing its lock"
+CAPTION_KINDS = {"vtt": "text/vtt", "srt": "application/x-subrip"}
+
+
+def job_type(job_id: int) -> str:
+    """The lock's job type: one render of a job at a time."""
+    return f"render:{job_id}"
+
+
+def _whole(body: dict[str, Any], name: str, default: int, top: int) -> int:
+    value = body.get(name, default)
+    # JSON does not tell 19 from 19.0: either is the whole number 19.
+    if isinstance(value, float) and value.is_integer():
+        value = int(value)
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= top:
+        raise ValidationError(f"{name} must be a whole number from 0 to {top}", field=name)
+    return value
+
+
+def parse_render_options(body: dict[str, Any]) -> RenderOptions:
+    """A render request's options, validated (422 naming the field otherwise)."""
+    fmt = body.get("format")
+    if fmt not in rules.FORMATS:
+        raise ValidationError(f"format must be one of: {', '.join(rules.FORMATS)}", "format")
+    loudness = body.get("loudness_lufs", rules.DEFAULT_LOUDNESS)
+    if loudness is not None and (
+        isinstance(loudness, bool)
+        or not isinstance(loudness, int | float)
+        or not math.isfinite(loudness)
+        or not rules.LOUDNESS_MIN <= loudness <= rules.LOUDNESS_MAX
+    ):
+        raise ValidationError(
+            f"loudness_lufs must be null or a number from {rules.LOUDNESS_MIN:g} "
+            f"to {rules.LOUDNESS_MAX:g}",
+            field="loudness_lufs",
+        )
+    return RenderOptions(
+        format=str(fmt),
+        gap_ms=_whole(body, "gap_ms", rules.DEFAULT_GAP_MS, rules.GAP_MS_MAX),
+        chapter_gap_ms=_whole(
+            body, "chapter_gap_ms", rules.DEFAULT_CHAPTER_GAP_MS, rules.CHAPTER_GAP_MS_MAX
+        ),
+        loudness_lufs=None if loudness is None else float(loudness),
+    )
+
+
+def render_base_url(job_id: int, render_id: int) -> str:
+    """The root-relative API path of a render."""
+    return f"/api/jobs/{job_id}/renders/{render_id}"
+
+
+def render_view(record: RenderRecord) -> dict[str, Any]:
+    """A render as the API shows it."""
+    base = render_base_url(record.job_id, record.id)
+    completed = record.status == RenderStatus.COMPLETED
+    return {
+        "id": record.id,
+        "job_id": record.job_id,
+        "status": record.status,
+        "format": record.format,
+        "error_message": record.error_message,
+        "duration_seconds": record.duration_seconds,
+        "chapters": record.chapters,
+        "download_url": f"{base}/download" if completed else None,
+        "captions": {kind: f"{base}/captions.{kind}" for kind in CAPTION_KINDS}
+        if completed
+        else None,
+        "created_at": record.created_at.isoformat(),
+        "finished_at": record.finished_at.isoformat() if record.finished_at else None,
+    }
+
+
+def new_holder() -> str:
+    """A holder name that says which process took the lock, unique per grant."""
+    return f"{socket.gethostname()}:{os.getpid()}:render-{uuid.uuid4().hex}"
+
+
+def recover_renders(uow_factory: UowFactory, job_id: int, *, render_id: int | None = None) -> int:
+    """Lease-expiry recovery: fail RUNNING renders whose holder stopped renewing its lock.
+
+    A read first looks (in a reader); only when something is dead does it open a writer
+    that gives up on a busy database soon, leaving the recovery to a later read.
+    """
+    try:
+        with uow_factory(read_only=True) as reader:
+            if not reader.renders.any_dead_render(job_id, render_id=render_id):
+                return 0
+        with uow_factory.impatient_writer() as uow:
+            recovered = uow.renders.recover_dead_renders(
+                job_id, RECOVERED_MESSAGE, render_id=render_id
+            )
+            # A render ends here too (render.failed): an event belongs in this transaction.
+            uow.commit()
+    except DatabaseUnavailable:
+        log.warning("render recovery skipped: database busy", exc_info=True)
+        return 0
+    for rid in recovered:
+        log.warning("render recovered render=%s job=%s", rid, job_id)
+    return len(recovered)
+
+
+def start_render(
+    uow_factory: UowFactory,
+    settings: Settings,
+    storage: Storage,
+    user: UserRecord,
+    job_id: int,
+    body: dict[str, Any],
+) -> dict[str, Any]:
+    """Check the job is complete, take its render lock, record the render, start building.
+
+    Raises NotFound for another organization's job, JobNotComplete unless every item is
+    DONE with audio, RenderInProgress while another render of the job holds the lock.
+    """
+    options = parse_render_options(body)
+    holder = new_holder()
+    ttl = settings.render_lock_ttl_seconds
+    with uow_factory() as uow:
+        job = uow.renders.renderable_job(job_id, user.organization_id)
+        if job is None:
+            raise NotFound("job not found")
+        if job.status == JobStatus.GENERATING or job.items == 0 or job.items_ready < job.items:
+            raise JobNotComplete()
+        try:
+            grant = uow.locks.acquire(user.organization_id, job_type(job_id), holder, ttl)
+        except LockHeld:
+            raise RenderInProgress() from None
+        render_id = uow.renders.create_render(
+            user.organization_id, job_id, user.id, grant.id, options
+        )
+        record = uow.renders.get_render(render_id, job_id, user.organization_id)
+        uow.commit()
+    assert record is not None
+    log.info("render started render=%s job=%s lock=%s", render_id, job_id, grant.id)
+    task = RenderTask(
+        render_id=render_id,
+        organization_id=user.organization_id,
+        job_id=job_id,
+        job_title=job.title,
+        items=job.items,
+        lock_id=grant.id,
+        holder=holder,
+        ttl_seconds=ttl,
+        options=options,
+    )
+    RenderBuilder(uow_factory, storage, task).start()
+    return render_view(record)
+
+
+def _job_exists(uow_factory: UowFactory, user: UserRecord, job_id: int) -> None:
+    with uow_factory(read_only=True) as uow:
+        if uow.renders.renderable_job(job_id, user.organization_id) is None:
+            raise NotFound("job not found")
+
+
+def list_renders(uow_factory: UowFactory, user: UserRecord, job_id: int) -> list[dict[str, Any]]:
+    """A job's renders, newest first, after recovery."""
+    _job_exists(uow_factory, user, job_id)
+    recover_renders(uow_factory, job_id)
+    with uow_factory(read_only=True) as uow:
+        records = uow.renders.list_renders(job_id, user.organization_id)
+    return [render_view(r) for r in records]
+
+
+def _record(uow_factory: UowFactory, user: UserRecord, job_id: int, render_id: int) -> RenderRecord:
+    recover_renders(uow_factory, job_id, render_id=render_id)
+    with uow_factory(read_only=True) as uow:
+        record = uow.renders.get_render(render_id, job_id, user.organization_id)
+    if record is None:
+        raise NotFound("render not found")
+    return record
+
+
+def get_render(
+    uow_factory: UowFactory, user: UserRecord, job_id: int, render_id: int
+) -> dict[str, Any]:
+    """One render of one of the organization's jobs, after lease-expiry recovery."""
+    return render_view(_record(uow_factory, user, job_id, render_id))
+
+
+def render_file_key(
+    uow_factory: UowFactory, user: UserRecord, job_id: int, render_id: int, kind: str
+) -> tuple[str, str]:
+    """A COMPLETED render's storage key and content type of ``kind`` (``audio``, ``vtt``
+    or ``srt``); NotFound until it is COMPLETED."""
+    record = _record(uow_factory, user, job_id, render_id)
+    keys = {
+        "audio": (record.file_path, rules.CONTENT_TYPES[record.format]),
+        "vtt": (record.vtt_path, CAPTION_KINDS["vtt"]),
+        "srt": (record.srt_path, CAPTION_KINDS["srt"]),
+    }
+    key, content_type = keys[kind]
+    if record.status != RenderStatus.COMPLETED or not key:
+        raise NotFound("this render has no file (yet)")
+    return key, content_type
