@@ -153,22 +153,7 @@ class Settings:
             )
         if self.tts_provider == "openai" and not self.tts_voices:
             raise ConfigError("SPEECHBATCH_TTS_VOICES must name at least one voice")
-        if self.tts_timeout_seconds <= 0:
-            raise ConfigError("SPEECHBATCH_TTS_TIMEOUT_SECONDS must be positive")
-        if self.tts_max_attempts < 1:
-            raise ConfigError("SPEECHBATCH_TTS_MAX_ATTEMPTS must be at least 1")
-        if self.item_concurrency < 1:
-            raise ConfigError("SPEECHBATCH_ITEM_CONCURRENCY must be at least 1")
-        if self.provider_concurrency < 1:
-            raise ConfigError("SPEECHBATCH_PROVIDER_CONCURRENCY must be at least 1")
-        if self.provider_rpm < 0:
-            raise ConfigError("SPEECHBATCH_PROVIDER_RPM must be 0 (no limit) or more")
-        if self.trusted_proxies < 0:
-            raise ConfigError("SPEECHBATCH_TRUSTED_PROXIES must be 0 (no proxy) or more")
-        if self.export_lock_ttl_seconds <= 0:
-            raise ConfigError("SPEECHBATCH_EXPORT_LOCK_TTL_SECONDS must be positive")
-        if self.render_lock_ttl_seconds <= 0:
-            raise ConfigError("SPEECHBATCH_RENDER_LOCK_TTL_SECONDS must be positive")
+        self._check_numbers()
         price = self.tts_price_per_million_characters
         if price is not None and not (0 <= price < float("inf")):
             raise ConfigError(
@@ -179,8 +164,6 @@ class Settings:
                 f"SPEECHBATCH_CURRENCY must be a currency code, not {self.currency!r}"
             )
         self.storage  # noqa: B018 (raises ConfigError when malformed)
-        if self.worker_dead_seconds <= 0:
-            raise ConfigError("SPEECHBATCH_WORKER_DEAD_SECONDS must be positive")
         if self.lease_seconds <= self.item_worst_case_seconds:
             raise ConfigError(
                 f"SPEECHBATCH_LEASE_SECONDS ({self.lease_seconds:g}) must be longer than one "
@@ -188,6 +171,24 @@ class Settings:
                 "+ waits between attempts)"
             )
         return self
+
+    def _check_numbers(self) -> None:
+        """Counts and durations that cannot work: (value, the least it may be, exclusive
+        of it, the variable and what it must be)."""
+        checks: list[tuple[float, float, bool, str, str]] = [
+            (self.tts_timeout_seconds, 0, True, "TTS_TIMEOUT_SECONDS", "positive"),
+            (self.tts_max_attempts, 1, False, "TTS_MAX_ATTEMPTS", "at least 1"),
+            (self.item_concurrency, 1, False, "ITEM_CONCURRENCY", "at least 1"),
+            (self.provider_concurrency, 1, False, "PROVIDER_CONCURRENCY", "at least 1"),
+            (self.provider_rpm, 0, False, "PROVIDER_RPM", "0 (no limit) or more"),
+            (self.trusted_proxies, 0, False, "TRUSTED_PROXIES", "0 (no proxy) or more"),
+            (self.export_lock_ttl_seconds, 0, True, "EXPORT_LOCK_TTL_SECONDS", "positive"),
+            (self.render_lock_ttl_seconds, 0, True, "RENDER_LOCK_TTL_SECONDS", "positive"),
+            (self.worker_dead_seconds, 0, True, "WORKER_DEAD_SECONDS", "positive"),
+        ]
+        for value, least, exclusive, name, must in checks:
+            if value < least or (exclusive and value == least):
+                raise ConfigError(f"SPEECHBATCH_{name} must be {must}")
 
     @classmethod
     def from_env(
