@@ -28,6 +28,8 @@ from speechbatch.services import Limits
 from speechbatch.services.export_queue import take_queued_exports
 from speechbatch.services.exports import wait_for_exports
 from speechbatch.services.ports import Storage
+from speechbatch.services.render_builder import wait_for_renders
+from speechbatch.services.renders import take_queued_renders
 
 TEMPLATES_DIR = Path(__file__).resolve().parents[2] / "templates"
 STATIC_DIR = Path(__file__).resolve().parent / "static"
@@ -178,13 +180,15 @@ def _make_runner(
 def build_worker_tier(services: Services) -> WorkerTier:
     """Wire a worker process: its runner (runs, the resume tick) and what it takes.
 
-    Renders and webhook deliveries start here: append their takers to ``tier.takers``
-    (and a graceful-stop step to ``tier.drainers``), as exports do.
+    Exports, renders and webhook deliveries start here: each is a taker in
+    ``tier.takers`` (and a graceful-stop step in ``tier.drainers``).
     """
     uow_factory = services.uow_factory
     assert isinstance(uow_factory, SessionUowFactory)
     tier = WorkerTier(services.runner, uow_factory, services.listen_dsn)
     storage, settings = services.storage, services.settings
     tier.takers.append(lambda: take_queued_exports(uow_factory, storage, settings))
+    tier.takers.append(lambda: take_queued_renders(uow_factory, storage, settings))
     tier.drainers.append(wait_for_exports)
+    tier.drainers.append(wait_for_renders)
     return tier

@@ -26,9 +26,11 @@ from speechbatch.services.exports import (
     get_export,
     start_export,
 )
+from speechbatch.services.renders import get_render, start_render, take_queued_renders
 from speechbatch.services.spending import cancel_generation
 from tests.fakes import FakeProvider
 from tests.helpers import LIMITS, concrete, new_job, statuses, view, wait_for
+from tests.support.render_audio import Tone, finished_job
 
 MakeSvc = Callable[..., Services]
 
@@ -319,3 +321,36 @@ def test_workers_share_the_deployments_provider_slots(
         assert _finished(web, admin, job_id)["status"] == "COMPLETED"
     assert provider.max_in_flight <= 2
     assert provider.total_calls() == 16
+
+
+def test_a_render_is_built_by_the_worker_that_takes_it(web: Services, admin: UserRecord) -> None:
+    """With the worker tier the web process builds no render: it holds the render's lock
+    in the tier's name, and of several workers exactly one takes it over and builds it."""
+    job_id = finished_job(web, admin, [Tone("One.", 0.6, 330, 0.2), Tone("Two.", 0.8, 440, 0.2)])
+    render = start_render(
+        web.uow_factory, web.settings, web.storage, admin, job_id, {"format": "mp3"}
+    )
+    time.sleep(0.3)
+    assert get_render(web.uow_factory, admin, job_id, render["id"])["status"] == "RUNNING"
+    results: list[int] = []
+    barrier = threading.Barrier(3)
+
+    def take() -> None:
+        barrier.wait()
+        results.append(take_queued_renders(web.uow_factory, web.storage, web.settings))
+
+    threads = [threading.Thread(target=take) for _ in range(3)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert sorted(results) == [0, 0, 1]
+    done = wait_for(
+        lambda: (
+            (r := get_render(web.uow_factory, admin, job_id, render["id"]))["status"] != "RUNNING"
+            and r
+        ),
+        timeout=30,
+    )
+    assert done["status"] == "COMPLETED", done
+    assert done["duration_seconds"] > 0

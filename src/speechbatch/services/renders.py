@@ -39,6 +39,9 @@ from speechbatch.services.render_builder import RenderBuilder, RenderTask
 log = logging.getLogger(__name__)
 
 RECOVERED_MESSAGE = "auto-recovered: render holder stopped renewing its lock"
+# A lock held in the worker tier's name: a worker takes it over (take_queued_renders).
+QUEUED_HOLDER_PREFIX = "queued:"
+RENDERS_PER_TAKE = 4
 CAPTION_KINDS = {"vtt": "text/vtt", "srt": "application/x-subrip"}
 
 
@@ -153,7 +156,9 @@ def start_render(
     DONE with audio, RenderInProgress while another render of the job holds the lock.
     """
     options = parse_render_options(body)
-    holder = new_holder()
+    # With the worker tier the lock is held in its name, and a worker takes it over.
+    queued = settings.runs_in_workers
+    holder = QUEUED_HOLDER_PREFIX + new_holder() if queued else new_holder()
     ttl = settings.render_lock_ttl_seconds
     with uow_factory() as uow:
         job = uow.renders.renderable_job(job_id, user.organization_id)
@@ -169,22 +174,59 @@ def start_render(
             user.organization_id, job_id, user.id, grant.id, options
         )
         record = uow.renders.get_render(render_id, job_id, user.organization_id)
+        if queued:
+            uow.workers.wake_workers()
         uow.commit()
     assert record is not None
     log.info("render started render=%s job=%s lock=%s", render_id, job_id, grant.id)
+    if not queued:
+        build_render(uow_factory, storage, record, job.title, job.items, holder, ttl)
+    return render_view(record)
+
+
+def build_render(
+    uow_factory: UowFactory,
+    storage: Storage,
+    record: RenderRecord,
+    job_title: str,
+    items: int,
+    holder: str,
+    ttl: float,
+) -> None:
+    """Build the render in a background thread of this process, as ``holder`` of its lock."""
+    assert record.lock_id is not None
     task = RenderTask(
-        render_id=render_id,
-        organization_id=user.organization_id,
-        job_id=job_id,
-        job_title=job.title,
-        items=job.items,
-        lock_id=grant.id,
+        render_id=record.id,
+        organization_id=record.organization_id,
+        job_id=record.job_id,
+        job_title=job_title,
+        items=items,
+        lock_id=record.lock_id,
         holder=holder,
         ttl_seconds=ttl,
-        options=options,
+        options=record.options,
     )
     RenderBuilder(uow_factory, storage, task).start()
-    return render_view(record)
+
+
+def take_queued_renders(uow_factory: UowFactory, storage: Storage, settings: Settings) -> int:
+    """A worker: take over the renders waiting for the tier (a compare-and-set on each
+    lock: of two workers exactly one wins) and build them here; how many."""
+    with uow_factory(read_only=True) as uow:
+        queued = uow.renders.queued_renders(QUEUED_HOLDER_PREFIX, RENDERS_PER_TAKE)
+    ttl = settings.render_lock_ttl_seconds
+    taken = 0
+    for waiting in queued:
+        render, holder = waiting.render, new_holder()
+        assert render.lock_id is not None
+        with uow_factory() as uow:
+            if not uow.locks.hand_over(render.lock_id, waiting.holder, holder, ttl):
+                continue  # another worker took it, or its lease ran out
+            uow.commit()
+        log.info("worker took render=%s job=%s", render.id, render.job_id)
+        build_render(uow_factory, storage, render, waiting.job_title, waiting.items, holder, ttl)
+        taken += 1
+    return taken
 
 
 def _job_exists(uow_factory: UowFactory, user: UserRecord, job_id: int) -> None:

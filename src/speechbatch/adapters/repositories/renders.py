@@ -15,7 +15,7 @@ from sqlalchemy.orm import Session
 
 from speechbatch.adapters.db import db_now
 from speechbatch.adapters.models import Chapter, ItemStatus, Render
-from speechbatch.adapters.repositories.job_locks import LockRepository, live_lock
+from speechbatch.adapters.repositories.job_locks import LockRepository, job_locks, live_lock
 from speechbatch.adapters.repositories.tables import items, jobs
 from speechbatch.domain.renders import RenderOptions
 from speechbatch.domain.statuses import RenderStatus
@@ -83,8 +83,18 @@ class RenderFiles:
     chapters: list[dict[str, Any]]
 
 
+@dataclass(frozen=True)
+class QueuedRender:
+    """A render waiting for a worker: its row, its lock's holder, and its job."""
+
+    render: RenderRecord
+    holder: str
+    job_title: str
+    items: int
+
+
 def _render(row: Any) -> RenderRecord:
-    values = dict(row._mapping)
+    values = {c.name: row._mapping[c.name] for c in _COLUMNS}
     values["chapters"] = json.loads(values["chapters"]) if values["chapters"] else []
     return RenderRecord(**values)
 
@@ -109,6 +119,7 @@ class Renders(Protocol):
     ) -> bool: ...
     def fail_render(self, render_id: int, lock_id: int, message: str) -> bool: ...
     def any_dead_render(self, job_id: int, *, render_id: int | None = None) -> bool: ...
+    def queued_renders(self, holder_prefix: str, limit: int) -> list[QueuedRender]: ...
     def recover_dead_renders(
         self, job_id: int, message: str, *, render_id: int | None = None
     ) -> list[int]: ...
@@ -267,6 +278,31 @@ class RenderRepository:
             .returning(renders.c.id)
         ).first()
         return ended is not None
+
+    def queued_renders(self, holder_prefix: str, limit: int) -> list[QueuedRender]:
+        """RUNNING renders whose live lock is held under ``holder_prefix`` (the worker
+        tier's name: nobody builds them yet), oldest first, with their job (read only)."""
+        rows = self.session.execute(
+            select(
+                *_COLUMNS,
+                job_locks.c.holder.label("lock_holder"),
+                jobs.c.title.label("job_title"),
+                jobs.c.items_done,
+            )
+            .join(job_locks, job_locks.c.id == renders.c.lock_id)
+            .join(jobs, jobs.c.id == renders.c.job_id)
+            .where(
+                renders.c.status == RenderStatus.RUNNING,
+                job_locks.c.holder.startswith(holder_prefix, autoescape=True),
+                live_lock(renders.c.lock_id),
+            )
+            .order_by(renders.c.id)
+            .limit(limit)
+        )
+        return [
+            QueuedRender(_render(row), str(row.lock_holder), str(row.job_title), row.items_done)
+            for row in rows
+        ]
 
     def any_dead_render(self, job_id: int, *, render_id: int | None = None) -> bool:
         """Whether a RUNNING render of the job lost its grant (expired or released): a read
