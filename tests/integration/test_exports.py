@@ -427,25 +427,6 @@ def test_slow_export_that_renews_its_lock_is_never_recovered(
     assert (lock.released_at - lock.acquired_at).total_seconds() > ttl
 
 
-def test_failed_build_ends_failed_and_releases_the_lock(
-    client: FlaskClient, auth: dict[str, str], svc: Services
-) -> None:
-    finished_job(client, auth, ["one"])
-    plain = svc.storage
-    svc.storage = BrokenStorage(plain)
-
-    failed = wait_ended(client, auth, start(client, auth)["id"])
-    svc.storage = plain
-
-    assert failed["status"] == "FAILED"
-    assert failed["error_message"].startswith("export failed: ")
-    assert "Permission denied" in failed["error_message"]
-    assert all(r.released_at is not None for r in lock_rows(svc))
-    assert not [k for k in stored_keys(svc.storage) if k.startswith("exports/")]
-    assert not _scratch_files(svc)
-    assert wait_ended(client, auth, start(client, auth)["id"])["status"] == "COMPLETED"
-
-
 class UnreachableStore(StorageProxy):
     """The archive's upload fails as a store that is down does."""
 
@@ -453,19 +434,34 @@ class UnreachableStore(StorageProxy):
         raise OSError(5, f"object storage upload of {key!r} failed: connection refused")
 
 
-def test_an_upload_to_a_store_that_is_down_fails_the_export_and_leaves_nothing(
-    client: FlaskClient, auth: dict[str, str], svc: Services
+@pytest.mark.parametrize(
+    ("broken", "message"),
+    [(BrokenStorage, "Permission denied"), (UnreachableStore, "object storage upload of")],
+    ids=["reads-fail", "store-down-at-upload"],
+)
+def test_failed_build_ends_failed_and_releases_the_lock(
+    client: FlaskClient,
+    auth: dict[str, str],
+    svc: Services,
+    broken: type[StorageProxy],
+    message: str,
 ) -> None:
+    """A build whose reads fail, or whose upload finds the store down, ends FAILED with
+    the error's message and leaves no archive, stored or local; the next one completes."""
     finished_job(client, auth, ["one"])
     plain = svc.storage
-    svc.storage = UnreachableStore(plain)
+    svc.storage = broken(plain)
+
     failed = wait_ended(client, auth, start(client, auth)["id"])
     svc.storage = plain
+
     assert failed["status"] == "FAILED"
-    assert "object storage upload of" in failed["error_message"], failed
+    assert failed["error_message"].startswith("export failed: ")
+    assert message in failed["error_message"]
     assert failed["download_url"] is None
+    assert all(r.released_at is not None for r in lock_rows(svc))
     assert not [k for k in stored_keys(svc.storage) if k.startswith("exports/")]
-    assert not _scratch_files(svc)  # the local archive went with it
+    assert not _scratch_files(svc)
     assert wait_ended(client, auth, start(client, auth)["id"])["status"] == "COMPLETED"
 
 
