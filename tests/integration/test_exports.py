@@ -15,6 +15,7 @@ import threading
 import time
 import zipfile
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any, BinaryIO
 
 import pytest
@@ -34,6 +35,7 @@ from speechbatch.services import create_admin, create_token
 from speechbatch.services.exports import (
     JOB_TYPE,
     RECOVERED_MESSAGE,
+    scratch_dir,
     spreadsheet_safe,
     wait_for_exports,
 )
@@ -425,22 +427,48 @@ def test_slow_export_that_renews_its_lock_is_never_recovered(
     assert (lock.released_at - lock.acquired_at).total_seconds() > ttl
 
 
+class UnreachableStore(StorageProxy):
+    """The archive's upload fails as a store that is down does."""
+
+    def write_file(self, key: str, source: Path) -> None:
+        raise OSError(5, f"object storage upload of {key!r} failed: connection refused")
+
+
+@pytest.mark.parametrize(
+    ("broken", "message"),
+    [(BrokenStorage, "Permission denied"), (UnreachableStore, "object storage upload of")],
+    ids=["reads-fail", "store-down-at-upload"],
+)
 def test_failed_build_ends_failed_and_releases_the_lock(
-    client: FlaskClient, auth: dict[str, str], svc: Services
+    client: FlaskClient,
+    auth: dict[str, str],
+    svc: Services,
+    broken: type[StorageProxy],
+    message: str,
 ) -> None:
+    """A build whose reads fail, or whose upload finds the store down, ends FAILED with
+    the error's message and leaves no archive, stored or local; the next one completes."""
     finished_job(client, auth, ["one"])
     plain = svc.storage
-    svc.storage = BrokenStorage(plain)
+    svc.storage = broken(plain)
 
     failed = wait_ended(client, auth, start(client, auth)["id"])
     svc.storage = plain
 
     assert failed["status"] == "FAILED"
     assert failed["error_message"].startswith("export failed: ")
-    assert "Permission denied" in failed["error_message"]
+    assert message in failed["error_message"]
+    assert failed["download_url"] is None
     assert all(r.released_at is not None for r in lock_rows(svc))
     assert not [k for k in stored_keys(svc.storage) if k.startswith("exports/")]
+    assert not _scratch_files(svc)
     assert wait_ended(client, auth, start(client, auth)["id"])["status"] == "COMPLETED"
+
+
+def _scratch_files(svc: Services) -> list[Path]:
+    """This test's archives under construction in the machine's scratch folder."""
+    deployment = hashlib.sha256(svc.settings.database_url.encode()).hexdigest()[:12]
+    return list(scratch_dir().glob(f".tmp-{deployment}-*"))
 
 
 # --- the page and the browser session ----------------------------------------------------------

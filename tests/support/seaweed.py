@@ -16,8 +16,6 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-import requests
-
 from tests.support.server import REPO_ROOT, free_port
 
 WEED = REPO_ROOT / ".venv" / "bin" / "weed"
@@ -143,12 +141,3 @@ class SeaweedServer:
             return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
         except FileNotFoundError:
             return ""
-
-
-def check_reachable(url: str) -> bool:
-    """Whether anything answers HTTP at ``url``."""
-    try:
-        requests.get(url, timeout=1)
-    except requests.RequestException:
-        return False
-    return True
