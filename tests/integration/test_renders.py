@@ -315,3 +315,16 @@ def test_renders_of_another_organization_are_not_found(
     assert client.get(done["download_url"], headers=theirs).status_code == 404
     posted = client.post(f"/api/jobs/{job_id}/renders", json={"format": "mp3"}, headers=theirs)
     assert posted.status_code == 404
+
+
+def test_gc_counts_a_renders_files_as_referenced(
+    client: FlaskClient, auth: dict[str, str], svc: Services, admin: UserRecord
+) -> None:
+    job_id = finished_job(svc, admin, TONES[:1])
+    done = wait_ended(client, auth, job_id, start(client, auth, job_id, format="mp3")["id"])
+    assert done["status"] == "COMPLETED", done
+    base = f"renders/{admin.organization_id}/job-{job_id}/render-{done['id']}"
+    keys = {f"{base}.mp3", f"{base}.vtt", f"{base}.srt"}
+    assert all(svc.storage.exists(key) for key in keys)
+    with svc.uow_factory(read_only=True) as uow:
+        assert uow.spending.referenced_keys([*keys, f"{base}.m4b"]) == keys
