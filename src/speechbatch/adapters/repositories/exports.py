@@ -54,6 +54,7 @@ class DoneAudio:
     text: str
     voice: str
     audio_path: str
+    key: str | None = None
 
 
 _EXPORT_COLUMNS = [
@@ -157,6 +158,7 @@ class ExportRepository:
                 items.c.text,
                 jobs.c.voice,
                 items.c.audio_path,
+                items.c.key,
             )
             .join(jobs, jobs.c.id == items.c.job_id)
             .where(
