@@ -13,7 +13,7 @@ from urllib.parse import urlsplit
 
 from speechbatch.errors import ConfigError
 
-PROVIDERS = ("espeak", "openai")
+PROVIDERS = ("espeak", "piper", "openai")
 ENVIRONMENTS = ("development", "production")
 OPENAI_VOICES = (
     "alloy", "ash", "ballad", "coral", "echo", "fable", "nova", "onyx", "sage", "shimmer", "verse",
@@ -53,6 +53,8 @@ class Settings:
     trusted_proxies: int = 0
     # When set, GET /metrics needs "Authorization: Bearer" with it.
     metrics_token: str | None = field(default=None, repr=False)
+    # Extra Piper voices (NAME.onnx with NAME.onnx.json) for the piper provider.
+    piper_voices_dir: str | None = None
 
     @property
     def item_worst_case_seconds(self) -> float:
@@ -118,6 +120,10 @@ class Settings:
             )
         if self.worker_dead_seconds <= 0:
             raise ConfigError("SPEECHBATCH_WORKER_DEAD_SECONDS must be positive")
+        if self.piper_voices_dir is not None and not Path(self.piper_voices_dir).is_dir():
+            raise ConfigError(
+                f"SPEECHBATCH_PIPER_VOICES_DIR must be a folder, not {self.piper_voices_dir!r}"
+            )
         if self.lease_seconds <= self.item_worst_case_seconds:
             raise ConfigError(
                 f"SPEECHBATCH_LEASE_SECONDS ({self.lease_seconds:g}) must be longer than one "
@@ -149,7 +155,8 @@ class Settings:
                 raise ConfigError(f"{var} must be a number, not {raw!r}") from None
 
         for name in ("database_url", "secret_key", "env", "tts_base_url", "tts_api_key",
-                     "tts_model", "storage_dir", "currency", "metrics_token"):  # fmt: skip
+                     "tts_model", "storage_dir", "currency", "metrics_token",
+                     "piper_voices_dir"):  # fmt: skip
             raw = env.get("SPEECHBATCH_" + name.upper())
             if raw:
                 values[name] = raw.strip()
