@@ -119,11 +119,17 @@ class FakeRepository:
         title: str,
         voice: str,
         texts: Sequence[str],
+        *,
+        keys: Sequence[str | None] | None = None,
+        item_chapters: Sequence[int] | None = None,
+        chapters: Sequence[tuple[int, str, int]] | None = None,
     ) -> int:
         job_id = len(self.jobs) + 1
         self.jobs[job_id] = {
             "org": organization_id, "title": title, "voice": voice, "texts": list(texts),
         }  # fmt: skip
+        extras = {"keys": keys, "item_chapters": item_chapters, "chapters": chapters}
+        self.jobs[job_id].update({k: list(v) for k, v in extras.items() if v})
         return job_id
 
     def claim_job(

@@ -82,10 +82,10 @@ def _register_quickstart(app: Flask) -> None:
         """Migrate, create a demo admin and token, then serve the app with gunicorn."""
         s = _services()
         upgrade_database(s.settings.database_url)
-        email = "admin@example.com"
+        email, organization = "admin@example.com", "demo"
         password = os.environ.get(ADMIN_PASSWORD_VARIABLE) or secrets.token_urlsafe(9)
         try:
-            svc.create_admin(s.uow_factory, "demo", email, password)
+            svc.create_admin(s.uow_factory, organization, email, password)
         except SpeechbatchError:
             # A second start on the same instance/: the printed line must still sign in.
             svc.reset_password(s.uow_factory, email, password)
@@ -96,6 +96,7 @@ def _register_quickstart(app: Flask) -> None:
   database : {s.settings.database_url}
   voice    : {s.settings.tts_provider} ({", ".join(s.provider.voices)})
   sign in  : {email} / {password}
+  organization: {organization}
   API token: {token}
   try      : curl -H 'Authorization: Bearer {token}' http://{host}:{port}/api/jobs
 """

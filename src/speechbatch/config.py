@@ -13,7 +13,7 @@ from urllib.parse import unquote, urlsplit
 
 from speechbatch.errors import ConfigError
 
-PROVIDERS = ("espeak", "openai")
+PROVIDERS = ("espeak", "piper", "openai")
 ENVIRONMENTS = ("development", "production")
 # web: every gunicorn process runs the jobs it claims; worker: web processes only claim,
 # and `flask --app wsgi worker` processes take the claimed runs and run them.
@@ -99,6 +99,8 @@ class Settings:
     storage_presigned_downloads: bool = False
     # Who runs claimed jobs: the web processes ("web") or worker processes ("worker").
     runner: str = "web"
+    # Extra Piper voices (NAME.onnx with NAME.onnx.json) for the piper provider.
+    piper_voices_dir: str | None = None
 
     @property
     def item_worst_case_seconds(self) -> float:
@@ -164,6 +166,10 @@ class Settings:
                 f"SPEECHBATCH_CURRENCY must be a currency code, not {self.currency!r}"
             )
         self.storage  # noqa: B018 (raises ConfigError when malformed)
+        if self.piper_voices_dir is not None and not Path(self.piper_voices_dir).is_dir():
+            raise ConfigError(
+                f"SPEECHBATCH_PIPER_VOICES_DIR must be a folder, not {self.piper_voices_dir!r}"
+            )
         if self.lease_seconds <= self.item_worst_case_seconds:
             raise ConfigError(
                 f"SPEECHBATCH_LEASE_SECONDS ({self.lease_seconds:g}) must be longer than one "
@@ -214,7 +220,7 @@ class Settings:
 
         for name in ("database_url", "secret_key", "env", "tts_base_url", "tts_api_key",
                      "tts_model", "storage_dir", "currency", "metrics_token",
-                     "storage_url"):  # fmt: skip
+                     "storage_url", "piper_voices_dir"):  # fmt: skip
             raw = env.get("SPEECHBATCH_" + name.upper())
             if raw:
                 values[name] = raw.strip()

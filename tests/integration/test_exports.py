@@ -230,7 +230,7 @@ def test_export_of_an_organization_without_audio_has_only_a_manifest(
 
     assert archive.namelist() == ["manifest.csv"]
     assert archive.read("manifest.csv").decode().splitlines() == [
-        "job_id,job_title,position,text,voice,file_name,bytes,sha256"
+        "job_id,job_title,position,key,text,voice,file_name,bytes,sha256"
     ]
 
 

@@ -3,6 +3,8 @@ prints must sign in, on the first start and on every later one on the same datab
 
 from __future__ import annotations
 
+import re
+
 import pytest
 from flask import Flask
 
@@ -20,6 +22,7 @@ def _quickstart(app: Flask, monkeypatch: pytest.MonkeyPatch) -> tuple[str, str, 
     assert result.exit_code == 0, result.output
     sign_in, token = SIGN_IN_LINE.search(result.output), API_TOKEN_LINE.search(result.output)
     assert sign_in and token, result.output
+    assert re.search(r"^\s*organization\s*: demo$", result.output, re.M), result.output
     answer = app.test_client().get("/api/voices", headers={"Authorization": f"Bearer {token[1]}"})
     assert answer.status_code == 200, answer.get_data(as_text=True)
     return sign_in[1], sign_in[2], served

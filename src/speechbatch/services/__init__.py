@@ -7,6 +7,7 @@ its concept (``jobs``, ``generation``, ``polls``, ``reads``, ``recovery``, ``use
 from speechbatch.adapters.repositories import UserRecord
 from speechbatch.adapters.uow import ReadScope
 from speechbatch.services.accounts import authenticate_token, create_token, hash_token
+from speechbatch.services.documents import DOCUMENT_SUFFIXES, import_document
 from speechbatch.services.generation import RunStarter, start_generation
 from speechbatch.services.jobs import (
     MAX_ITEMS,
@@ -42,6 +43,7 @@ from speechbatch.services.users import create_admin, get_user, reset_password
 
 __all__ = [
     "AUTHENTICATION_REQUIRED",
+    "DOCUMENT_SUFFIXES",
     "MAX_ITEMS",
     "MAX_TITLE",
     "Bearer",
@@ -60,6 +62,7 @@ __all__ = [
     "get_job_summary",
     "get_user",
     "hash_token",
+    "import_document",
     "item_audio_key",
     "lease_of",
     "list_jobs",

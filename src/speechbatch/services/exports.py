@@ -46,7 +46,7 @@ MANIFEST_NAME = "manifest.csv"
 # A spreadsheet reads a cell starting with one of these as a formula (or a field separator).
 FORMULA_STARTS = ("=", "+", "-", "@", "\t", "\r")
 MANIFEST_HEADER = (
-    "job_id", "job_title", "position", "text", "voice", "file_name", "bytes", "sha256",
+    "job_id", "job_title", "position", "key", "text", "voice", "file_name", "bytes", "sha256",
 )  # fmt: skip
 _CHUNK = 1024 * 1024
 # Archives being built, in the system's temp folder: .tmp-DEPLOYMENT-ORG-XXXX.zip, where
@@ -62,6 +62,13 @@ def spreadsheet_safe(cell: str) -> str:
     The apostrophe is what spreadsheets themselves use to mark a cell as text.
     """
     return "'" + cell if cell.startswith(FORMULA_STARTS) else cell
+
+
+def archive_name(entry: DoneAudio) -> str:
+    """An item's file in the archive: ``job-ID/KEY.mp3`` when it has a key (unique in its
+    job, and made of characters safe in a path), else by position and id."""
+    stem = entry.key or f"{entry.position:04d}-item-{entry.item_id}"
+    return f"job-{entry.job_id}/{stem}{Path(entry.audio_path).suffix}"
 
 
 def export_key(organization_id: int, export_id: int) -> str:
@@ -285,10 +292,7 @@ class ExportBuilder:
         with zipfile.ZipFile(f, "w") as zf:
             for entry in audio:
                 self._renew()
-                name = (
-                    f"job-{entry.job_id}/{entry.position:04d}-item-{entry.item_id}"
-                    f"{Path(entry.audio_path).suffix}"
-                )
+                name = archive_name(entry)
                 try:
                     source = self._storage.open(entry.audio_path)
                 except FileNotFoundError:
@@ -309,6 +313,7 @@ class ExportBuilder:
                     entry.job_id,
                     spreadsheet_safe(entry.job_title),
                     entry.position,
+                    entry.key or "",
                     spreadsheet_safe(entry.text),
                     entry.voice,
                 )

@@ -154,6 +154,28 @@ def create_job() -> tuple[Response, int]:
     return jsonify(svc.get_job(s.uow_factory, s.settings, current(), job_id)), 201
 
 
+@bp.post("/api/jobs/import")
+@require_user
+def import_job() -> tuple[Response, int]:
+    """Create a PENDING job from an uploaded document (multipart: file, voice, title,
+    max_characters)."""
+    s = services()
+    upload = request.files.get("file")
+    if upload is not None:
+        filename, data = upload.filename or "", upload.read()
+    elif "file" in request.form:  # sent as a plain form field: the document's text
+        filename, data = "", request.form["file"].encode()
+    else:
+        raise ValidationError("file is required (a .txt, .md or .epub document)", field="file")
+    job_id = svc.import_document(
+        s.uow_factory, current(),
+        filename=filename, data=data,
+        voice=request.form.get("voice"), title=request.form.get("title"),
+        max_characters=request.form.get("max_characters"), limits=s.limits,
+    )  # fmt: skip
+    return jsonify(svc.get_job(s.uow_factory, s.settings, current(), job_id)), 201
+
+
 @bp.get("/api/jobs/<int:job_id>")
 @poller
 def get_job(job_id: int, who: UserRecord | svc.Bearer) -> Response:

@@ -14,6 +14,7 @@ from flask import Blueprint, Response, jsonify
 from speechbatch.domain.statuses import ExportStatus, ItemStatus, JobStatus, RunOutcome, values
 from speechbatch.services import MAX_ITEMS, MAX_TITLE, Limits
 from speechbatch.services.accounts import MAX_TOKEN_NAME
+from speechbatch.services.documents import MAX_ITEM_CHARACTERS, MIN_ITEM_CHARACTERS
 from speechbatch.web.context import services
 
 bp = Blueprint("openapi", __name__)
@@ -55,6 +56,8 @@ def _obj(required: dict[str, Any], optional: dict[str, Any] | None = None) -> di
 # JSON Schema's: the server trims first) and no NUL, which no database column can hold.
 NOT_BLANK = "^[^\\u0000]*[^\\s\\u0000\\u001c-\\u001f\\u0085][^\\u0000]*$"
 TIMESTAMP = {"type": "string", "format": "date-time"}
+# A key, trimmed: 1 to 100 of A-Z a-z 0-9 . _ - (surrounding whitespace is allowed).
+KEY_SCHEMA_PATTERN = "^[ \\t\\n\\r]*[A-Za-z0-9._-]{1,100}[ \\t\\n\\r]*$"
 ID = {"type": "integer", "minimum": 1}
 PROGRESS = _obj(
     {
@@ -73,6 +76,7 @@ JOB_FIELDS = {
     "updated_at": TIMESTAMP,
     "started_at": _nullable(TIMESTAMP),
     "finished_at": _nullable(TIMESTAMP),
+    "chapters": {"type": "array", "items": _ref("Chapter")},
     "progress": _ref("Progress"),
 }
 SCHEMAS: dict[str, Any] = {
@@ -84,10 +88,20 @@ SCHEMAS: dict[str, Any] = {
         }
     ),
     "Progress": PROGRESS,
+    "Chapter": _obj(
+        {
+            "index": {"type": "integer", "minimum": 0},
+            "title": {"type": "string"},
+            "first_position": {"type": "integer", "minimum": 1},
+            "items": {"type": "integer", "minimum": 0},
+        }
+    ),
     "Item": _obj(
         {
             "id": ID,
             "position": {"type": "integer", "minimum": 0},
+            "key": _nullable({"type": "string"}),
+            "chapter": _nullable({"type": "integer", "minimum": 0}),
             "text": {"type": "string"},
             "status": {"enum": ITEM_STATUSES},
             "error_message": _nullable({"type": "string"}),
@@ -207,7 +221,17 @@ SCHEMAS: dict[str, Any] = {
 
 
 def _new_job(limits: Limits) -> dict[str, Any]:
-    """The body of POST /api/jobs: the voices and item length of the configured provider."""
+    """The body of POST /api/jobs: the voices and item length of the configured provider.
+
+    An item is a text or ``{"text", "key"}``; keys must also be unique in the job, which a
+    schema cannot say."""
+    text = {"type": "string", "maxLength": limits.max_chars, "pattern": NOT_BLANK}
+    keyed = {
+        "type": "object",
+        "properties": {"text": text, "key": {"type": "string", "pattern": KEY_SCHEMA_PATTERN}},
+        "required": ["text"],
+        "additionalProperties": False,
+    }
     return {
         "type": "object",
         "properties": {
@@ -217,10 +241,30 @@ def _new_job(limits: Limits) -> dict[str, Any]:
                 "type": "array",
                 "minItems": 1,
                 "maxItems": MAX_ITEMS,
-                "items": {"type": "string", "maxLength": limits.max_chars, "pattern": NOT_BLANK},
+                "items": {"anyOf": [text, keyed]},
             },
         },
         "required": ["title", "voice", "items"],
+    }
+
+
+def _import_job(limits: Limits) -> dict[str, Any]:
+    """The multipart body of POST /api/jobs/import. ``file`` is a .txt, .md or .epub upload
+    (its file name says which; without one, a ZIP is read as EPUB and anything else as
+    text); described here as the text form that any client can send."""
+    return {
+        "type": "object",
+        "properties": {
+            "file": {"type": "string", "pattern": NOT_BLANK},
+            "voice": {"enum": list(limits.voices)},
+            "title": {"type": "string", "maxLength": MAX_TITLE, "pattern": NOT_BLANK},
+            "max_characters": {
+                "type": "integer",
+                "minimum": MIN_ITEM_CHARACTERS,
+                "maximum": min(MAX_ITEM_CHARACTERS, limits.max_chars),
+            },
+        },
+        "required": ["file", "voice"],
     }
 
 
@@ -382,6 +426,24 @@ PATHS: dict[str, Any] = {
             },
             body="NewJob",
         ),
+    },
+    "/api/jobs/import": {
+        "post": {
+            **_operation(
+                "importJob",
+                "Create a PENDING job from a document (.txt, .md, .epub): chapters from its "
+                "headings or table of contents, prose packed into items of at most "
+                "max_characters (default 1500), nothing dropped.",
+                {
+                    "201": _json("Job", "The new job, with its chapters.", links=JOB_LINKS),
+                    **_errors(400, 401, 413, 422),
+                },
+            ),
+            "requestBody": {
+                "required": True,
+                "content": {"multipart/form-data": {"schema": _ref("ImportJob")}},
+            },
+        },
     },
     "/api/jobs/{job_id}": {
         "parameters": [JOB_ID],
@@ -566,7 +628,12 @@ def document(limits: Limits) -> dict[str, Any]:
         },
         "paths": {**PATHS, **openapi_renders.PATHS},
         "components": {
-            "schemas": {**SCHEMAS, **openapi_renders.SCHEMAS, "NewJob": _new_job(limits)},
+            "schemas": {
+                **SCHEMAS,
+                **openapi_renders.SCHEMAS,
+                "NewJob": _new_job(limits),
+                "ImportJob": _import_job(limits),
+            },
             "responses": {
                 f"E{status}": _json("Error", text) for status, text in ERROR_TEXT.items()
             },

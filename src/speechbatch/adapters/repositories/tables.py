@@ -8,6 +8,7 @@ from sqlalchemy import Column, Table
 
 from speechbatch.adapters.models import (
     ApiToken,
+    Chapter,
     Item,
     ItemStatus,
     Job,
@@ -21,6 +22,7 @@ from speechbatch.adapters.models import (
 jobs = cast(Table, Job.__table__)
 items = cast(Table, Item.__table__)
 runs = cast(Table, Run.__table__)
+chapters = cast(Table, Chapter.__table__)
 workers = cast(Table, Worker.__table__)
 users = cast(Table, User.__table__)
 organizations = cast(Table, Organization.__table__)

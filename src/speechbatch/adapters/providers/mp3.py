@@ -1,0 +1,21 @@
+"""MP3 encoding of the offline voices' PCM (``lameenc``, no ffmpeg)."""
+
+from __future__ import annotations
+
+import lameenc
+
+
+def encode_mp3(pcm: bytes, rate: int) -> bytes:
+    """Mono int16 PCM at ``rate`` Hz as 64 kbit/s MP3.
+
+    Text that speaks nothing (only punctuation, say) still gets a playable file: a tenth
+    of a second of silence rather than an empty or invalid MP3.
+    """
+    if len(pcm) < rate // 10 * 2:
+        pcm += bytes(rate // 10 * 2 - len(pcm))
+    encoder = lameenc.Encoder()
+    encoder.set_channels(1)
+    encoder.set_in_sample_rate(rate)
+    encoder.set_bit_rate(64)
+    encoder.set_quality(2)
+    return bytes(encoder.encode(pcm) + encoder.flush())
