@@ -25,11 +25,13 @@ from speechbatch.adapters.repositories import (
     Tokens,
     UserRecord,
 )
+from speechbatch.adapters.repositories.deliveries import Deliveries
 from speechbatch.adapters.repositories.exports import Exports
 from speechbatch.adapters.repositories.job_locks import Locks
 from speechbatch.adapters.repositories.ledger import Usage
 from speechbatch.adapters.repositories.resume import Resumes
 from speechbatch.adapters.repositories.slots import SlotReads
+from speechbatch.adapters.repositories.webhooks import Webhooks
 
 
 def fake_audio(text: str) -> bytes:
@@ -320,6 +322,8 @@ class FakeUnitOfWork:
     resume: Resumes
     runs: Runs
     slots: SlotReads
+    webhooks: Webhooks
+    deliveries: Deliveries
 
     def __init__(self, repo: FakeRepository) -> None:
         self.repo = repo

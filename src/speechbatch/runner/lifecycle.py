@@ -17,7 +17,7 @@ import time
 import weakref
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TypeVar
+from typing import Protocol, TypeVar
 
 from speechbatch.adapters import metrics
 from speechbatch.adapters.providers.base import TTSProvider
@@ -48,6 +48,13 @@ class _Group:
     items: list[tuple[int, str]]
 
 
+class Background(Protocol):
+    """Work on threads of its own, started with the process and stopped at its drain."""
+
+    def start(self) -> None: ...
+    def stop(self) -> None: ...
+
+
 class Runner:
     """Runs claimed jobs in background threads of this process."""
 
@@ -74,7 +81,9 @@ class Runner:
         self.calls = Calls(self.items)
         # What the background loop runs once started (set by the app): the resume tick.
         self.background_tick: Callable[[], object] | None = None
-        self._loops: list[BackgroundLoop] = []
+        self._loops: list[Background] = []
+        # Further background work started with the loop (the webhook senders).
+        self.background_work: list[Background] = []
         _RUNNERS.add(self)
 
     @property
@@ -95,10 +104,15 @@ class Runner:
         process that is up resumes interrupted jobs within WORKER_DEAD_SECONDS even
         before it runs anything itself, and a slow tick never delays the heartbeat."""
         self.worker_id()
-        if tick is not None and not self._loops:
+        if tick is not None and not any(isinstance(w, BackgroundLoop) for w in self._loops):
             loop = BackgroundLoop("speechbatch-resume", tick, self.identity.interval_seconds)
             self._loops.append(loop)
             loop.start()
+        if not self.draining:
+            for work in self.background_work:
+                if work not in self._loops:
+                    self._loops.append(work)
+                    work.start()
 
     def worker_id(self) -> int:
         """This process's worker id (registered on first use)."""

@@ -1,0 +1,157 @@
+"""Webhook deliveries in the background of a live process: sender threads.
+
+Each sender thread repeats: claim a due delivery (one short transaction, a
+compare-and-set under a lease on the database's clock), POST it with no transaction or
+connection held, then write the result fenced by the claim's token (another short
+transaction). A failed attempt is due again after the next wait of the retry schedule,
+counted since the last redeliver, and FAILED once the schedule is used up. Every attempt
+of a delivery carries its event's ``webhook-id`` and body; only the timestamp and the
+signature are the attempt's own. A process that dies holding a delivery stops
+heartbeating, and another sender claims it again (see ``repositories/deliveries.py``).
+Requests never send: the threads are started with the process's background loops.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable, Sequence
+from typing import Protocol
+
+from speechbatch.adapters import metrics
+from speechbatch.adapters.repositories.deliveries import ClaimedDelivery, DeliveryRules
+from speechbatch.adapters.webhook_http import AttemptResult
+from speechbatch.domain.webhooks import next_wait, sign
+from speechbatch.runner.loops import BackgroundLoop
+from speechbatch.runner.transactions import Transactions
+
+log = logging.getLogger(__name__)
+
+SENDER_THREADS = 6
+# A lease longer than one POST can last (its timeout) plus the two short transactions.
+LEASE_MARGIN_SECONDS = 20.0
+GAUGE_INTERVAL_SECONDS = 5.0
+
+
+class Poster(Protocol):
+    """What a sender thread POSTs through (``adapters.webhook_http.WebhookHTTP``)."""
+
+    def post(self, url: str, headers: dict[str, str], body: bytes) -> AttemptResult: ...
+    def close(self) -> None: ...
+
+
+class DeliverySenders:
+    """The sender threads of this process (started once, daemon threads)."""
+
+    def __init__(
+        self,
+        tx: Transactions,
+        make_poster: Callable[[], Poster],
+        schedule: Sequence[float],
+        worker_id: Callable[[], int],
+        rules: DeliveryRules,
+        *,
+        threads: int = SENDER_THREADS,
+        idle_seconds: float = 0.5,
+    ) -> None:
+        self._tx = tx
+        self._make_poster = make_poster
+        self._schedule = tuple(schedule)
+        self._worker_id = worker_id
+        self.rules = rules
+        self._threads = threads
+        self._idle = idle_seconds
+        self._stop = threading.Event()
+        self._started: list[threading.Thread] = []
+        self._gauge = BackgroundLoop(
+            "speechbatch-webhook-gauge", self.update_gauge, GAUGE_INTERVAL_SECONDS
+        )
+
+    def start(self) -> None:
+        """Start the sender threads and the gauge's loop (once)."""
+        if self._started:
+            return
+        for n in range(self._threads):
+            thread = threading.Thread(
+                target=self._loop, name=f"speechbatch-webhook-{n}", daemon=True
+            )
+            self._started.append(thread)
+            thread.start()
+        self._gauge.start()
+
+    def stop(self) -> None:
+        """Claim nothing more (an attempt under way finishes on its own)."""
+        self._stop.set()
+        self._gauge.stop()
+
+    def _loop(self) -> None:
+        poster = self._make_poster()
+        try:
+            while not self._stop.is_set():
+                try:
+                    sent = self.deliver_one(poster)
+                except Exception:
+                    log.exception("webhook sender failed; trying again shortly")
+                    sent = False
+                if not sent:
+                    self._stop.wait(self._idle)
+        finally:
+            poster.close()
+
+    def deliver_one(self, poster: Poster) -> bool:
+        """Claim one due delivery, send it and record the result; whether one was due."""
+        worker = self._worker_id()
+        claim = self._tx(lambda uow: uow.deliveries.claim_delivery(worker, self.rules))
+        if claim is None:
+            return False
+        result = poster.post(claim.url, headers_for(claim), claim.body.encode())
+        retry_in = None
+        if not result.delivered:
+            retry_in = next_wait(self._schedule, claim.attempts - claim.schedule_from)
+        won = self._tx(
+            lambda uow: uow.deliveries.finish_delivery(
+                claim,
+                delivered=result.delivered,
+                status_code=result.status_code,
+                error=result.error,
+                retry_in=retry_in,
+            )
+        )
+        _count(claim, result, retry_in, won)
+        return True
+
+    def update_gauge(self) -> None:
+        """Set the age of the oldest pending delivery (every GAUGE_INTERVAL_SECONDS)."""
+        age = self._tx(lambda uow: uow.deliveries.oldest_pending_age())
+        metrics.WEBHOOK_OLDEST_PENDING.set(age)
+
+
+def headers_for(claim: ClaimedDelivery, now: float | None = None) -> dict[str, str]:
+    """The Standard Webhooks headers of one attempt (its own timestamp and signature)."""
+    timestamp = int(time.time() if now is None else now)
+    return {
+        "Content-Type": "application/json",
+        "User-Agent": "speechbatch-webhooks",
+        "webhook-id": claim.message_id,
+        "webhook-timestamp": str(timestamp),
+        "webhook-signature": sign(claim.secret, claim.message_id, timestamp, claim.body.encode()),
+    }
+
+
+def _count(
+    claim: ClaimedDelivery, result: AttemptResult, retry_in: float | None, won: bool
+) -> None:
+    metrics.WEBHOOK_ATTEMPTS.labels(result=result.label).inc()
+    outcome = "delivered" if result.delivered else "failed" if retry_in is None else "retrying"
+    metrics.WEBHOOK_DELIVERIES.labels(outcome=outcome).inc()
+    log.info(
+        "webhook delivery=%s webhook=%s id=%s attempt=%s %s%s%s",
+        claim.id,
+        claim.webhook_id,
+        claim.message_id,
+        claim.attempts,
+        outcome,
+        f" ({result.error})" if result.error else "",
+        "" if won else " (result not recorded: the claim was lost)",
+    )
