@@ -131,6 +131,7 @@ def webhook_senders(settings: Settings, runner: Runner) -> DeliverySenders:
         runner.worker_id,
         rules,
         idle_seconds=settings.webhook_idle_seconds,
+        join_seconds=timeout + 2.0,
     )
 
 

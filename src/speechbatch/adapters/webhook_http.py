@@ -13,10 +13,8 @@ from __future__ import annotations
 
 import socket
 from dataclasses import dataclass
-from typing import Any
 
-import requests
-from requests.adapters import HTTPAdapter
+import urllib3
 from urllib3.connection import HTTPConnection, HTTPSConnection
 from urllib3.connectionpool import HTTPConnectionPool, HTTPSConnectionPool
 
@@ -72,61 +70,54 @@ class _CheckedHTTPSPool(HTTPSConnectionPool):
     ConnectionCls = _CheckedHTTPSConnection
 
 
-class _CheckedAdapter(HTTPAdapter):
-    """requests' adapter whose pools make peer-checked connections."""
-
-    def init_poolmanager(self, *args: Any, **kwargs: Any) -> None:
-        super().init_poolmanager(*args, **kwargs)
-        self.poolmanager.pool_classes_by_scheme = {
-            "http": _CheckedHTTPPool,
-            "https": _CheckedHTTPSPool,
-        }
-
-
 class WebhookHTTP:
-    """POSTs deliveries; one per sender thread (a requests Session is not shared)."""
+    """POSTs deliveries; one per sender thread (its own connection pool)."""
 
     def __init__(self, *, allow_private: bool, timeout: float = TIMEOUT_SECONDS) -> None:
         self._timeout = timeout
-        self._session = requests.Session()
-        self._session.trust_env = False  # no proxy from the environment
+        # No retries (the schedule retries), no redirects, no proxy from the environment.
+        self._pool = urllib3.PoolManager(
+            num_pools=20, retries=False, timeout=urllib3.Timeout(connect=timeout, read=timeout)
+        )
         if not allow_private:
-            adapter = _CheckedAdapter()
-            self._session.mount("http://", adapter)
-            self._session.mount("https://", adapter)
+            self._pool.pool_classes_by_scheme = {
+                "http": _CheckedHTTPPool,
+                "https": _CheckedHTTPSPool,
+            }
 
     def post(self, url: str, headers: dict[str, str], body: bytes) -> AttemptResult:
         """POST ``body`` once; never raises for what the receiver or network did."""
         try:
-            with self._session.post(
-                url,
-                data=body,
-                headers=headers,
-                timeout=(self._timeout, self._timeout),
-                allow_redirects=False,
-                stream=True,
-            ) as response:
-                code = response.status_code
+            response = self._pool.request(
+                "POST", url, body=body, headers=headers, redirect=False, preload_content=False
+            )
+            code = response.status
+            location = response.headers.get("Location", "")
+            response.drain_conn()
+            response.release_conn()
         except ForbiddenAddress as exc:
             return AttemptResult(False, None, str(exc), "forbidden_address")
-        except requests.Timeout:
+        except urllib3.exceptions.NewConnectionError as exc:
+            # Refused, unreachable, or a name that does not resolve (urllib3 makes this
+            # a subclass of its connect timeout, so it is told apart first).
+            return AttemptResult(False, None, f"connection failed: {exc}", "connection_error")
+        except (urllib3.exceptions.TimeoutError, TimeoutError):
             return AttemptResult(False, None, f"timed out after {self._timeout:g} s", "timeout")
-        except requests.RequestException as exc:
+        except (urllib3.exceptions.HTTPError, OSError, ValueError) as exc:
             if isinstance(_root(exc), ForbiddenAddress):
                 return AttemptResult(False, None, str(_root(exc)), "forbidden_address")
             return AttemptResult(False, None, f"connection failed: {exc}", "connection_error")
         if 200 <= code < 300:
             return AttemptResult(True, code, None, "delivered")
         if 300 <= code < 400:
-            where = response.headers.get("Location", "")
             return AttemptResult(
-                False, code, f"HTTP {code}: redirect to {where[:200]} not followed", "redirect"
+                False, code, f"HTTP {code}: redirect to {location[:200]} not followed", "redirect"
             )
         return AttemptResult(False, code, f"HTTP {code}", "error_status")
 
     def close(self) -> None:
         """Close the pooled connections."""
-        self._session.close()
+        self._pool.clear()
 
 
 def _root(exc: BaseException) -> BaseException:

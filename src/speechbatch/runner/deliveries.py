@@ -23,7 +23,6 @@ from speechbatch.adapters import metrics
 from speechbatch.adapters.repositories.deliveries import ClaimedDelivery, DeliveryRules
 from speechbatch.adapters.webhook_http import AttemptResult
 from speechbatch.domain.webhooks import next_wait, sign
-from speechbatch.runner.loops import BackgroundLoop
 from speechbatch.runner.transactions import Transactions
 
 log = logging.getLogger(__name__)
@@ -54,6 +53,7 @@ class DeliverySenders:
         *,
         threads: int = SENDER_THREADS,
         idle_seconds: float = 0.5,
+        join_seconds: float = 12.0,
     ) -> None:
         self._tx = tx
         self._make_poster = make_poster
@@ -64,32 +64,37 @@ class DeliverySenders:
         self._idle = idle_seconds
         self._stop = threading.Event()
         self._started: list[threading.Thread] = []
-        self._gauge = BackgroundLoop(
-            "speechbatch-webhook-gauge", self.update_gauge, GAUGE_INTERVAL_SECONDS
-        )
+        self._join_seconds = join_seconds
 
     def start(self) -> None:
-        """Start the sender threads and the gauge's loop (once)."""
+        """Start the sender threads (once); the first also keeps the gauge up to date."""
         if self._started:
             return
         for n in range(self._threads):
             thread = threading.Thread(
-                target=self._loop, name=f"speechbatch-webhook-{n}", daemon=True
+                target=self._loop, args=(n == 0,), name=f"speechbatch-webhook-{n}", daemon=True
             )
             self._started.append(thread)
             thread.start()
-        self._gauge.start()
 
     def stop(self) -> None:
-        """Claim nothing more (an attempt under way finishes on its own)."""
+        """Claim nothing more, and wait (a little longer than one POST may last) for the
+        attempts under way to record their results: a process that stops then closes
+        its connections with no transaction of theirs open."""
         self._stop.set()
-        self._gauge.stop()
+        deadline = time.monotonic() + self._join_seconds
+        for thread in self._started:
+            thread.join(max(0.0, deadline - time.monotonic()))
 
-    def _loop(self) -> None:
+    def _loop(self, keeps_gauge: bool) -> None:
         poster = self._make_poster()
+        gauge_due = time.monotonic()
         try:
             while not self._stop.is_set():
                 try:
+                    if keeps_gauge and time.monotonic() >= gauge_due:
+                        gauge_due = time.monotonic() + GAUGE_INTERVAL_SECONDS
+                        self.update_gauge()
                     sent = self.deliver_one(poster)
                 except Exception:
                     log.exception("webhook sender failed; trying again shortly")

@@ -82,8 +82,7 @@ class Runner:
         # What the background loop runs once started (set by the app): the resume tick.
         self.background_tick: Callable[[], object] | None = None
         self._loops: list[Background] = []
-        # Further background work started with the loop (the webhook senders).
-        self.background_work: list[Background] = []
+        self.background_work: list[Background] = []  # started with it: webhook senders
         _RUNNERS.add(self)
 
     @property
@@ -108,11 +107,9 @@ class Runner:
             loop = BackgroundLoop("speechbatch-resume", tick, self.identity.interval_seconds)
             self._loops.append(loop)
             loop.start()
-        if not self.draining:
-            for work in self.background_work:
-                if work not in self._loops:
-                    self._loops.append(work)
-                    work.start()
+        for work in [w for w in self.background_work if w not in self._loops]:
+            self._loops.append(work)
+            work.start()
 
     def worker_id(self) -> int:
         """This process's worker id (registered on first use)."""
@@ -291,9 +288,9 @@ class Runner:
     def drain(self, timeout: float) -> None:
         """Graceful stop: start no new item, let in-flight calls finish, end runs INTERRUPTED."""
         self._draining.set()
+        deadline = time.monotonic() + timeout  # the webhook senders' stop waits within it
         for loop in self._loops:
             loop.stop()
-        deadline = time.monotonic() + timeout
         with self._lock:
             runs = list(self._runs.values())
         for run in runs:

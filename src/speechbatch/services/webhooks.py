@@ -49,7 +49,7 @@ def create_webhook(
     """Add an enabled webhook; the answer carries its signing secret this once."""
     url = check_url(body.get("url"))
     events = check_events(body.get("events"))
-    description = check_description(body.get("description"))
+    description = check_description(body.get("description", ""))
     with uow_factory() as uow:
         record = uow.webhooks.create_webhook(
             user.organization_id, url, events, description, new_secret()

@@ -541,6 +541,8 @@ PATHS: dict[str, Any] = {
 
 def document(limits: Limits) -> dict[str, Any]:
     """The OpenAPI 3.1 document of every ``/api/`` call, for the configured provider."""
+    from speechbatch.web.openapi_webhooks import WEBHOOK_SCHEMAS, webhook_paths
+
     return {
         "openapi": "3.1.0",
         "info": {
@@ -552,9 +554,9 @@ def document(limits: Limits) -> dict[str, Any]:
                 'Errors are `{"error": {"code", "message"}}`.'
             ),
         },
-        "paths": PATHS,
+        "paths": {**PATHS, **webhook_paths()},
         "components": {
-            "schemas": {**SCHEMAS, "NewJob": _new_job(limits)},
+            "schemas": {**SCHEMAS, **WEBHOOK_SCHEMAS, "NewJob": _new_job(limits)},
             "responses": {
                 f"E{status}": _json("Error", text) for status, text in ERROR_TEXT.items()
             },

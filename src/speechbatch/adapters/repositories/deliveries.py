@@ -157,7 +157,12 @@ class DeliveriesRepository:
         target = self.session.execute(
             select(webhooks.c.url, webhooks.c.secret, webhook_events.c.message_id)
             .add_columns(webhook_events.c.body)
-            .where(webhooks.c.id == row.webhook_id, webhook_events.c.id == row.event_id)
+            .select_from(
+                deliveries.join(webhooks, webhooks.c.id == deliveries.c.webhook_id).join(
+                    webhook_events, webhook_events.c.id == deliveries.c.event_id
+                )
+            )
+            .where(deliveries.c.id == row.id)
         ).one()
         return ClaimedDelivery(
             id=row.id,
