@@ -102,6 +102,9 @@ def upgrade() -> None:
         "webhook_deliveries",
         ["status", "next_attempt_at"],
     )
+    op.create_index(
+        "ix_webhook_deliveries_lease_expires_at", "webhook_deliveries", ["lease_expires_at"]
+    )
 
 
 def downgrade() -> None:

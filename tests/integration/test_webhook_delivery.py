@@ -252,3 +252,18 @@ def test_one_sender_claims_a_delivery_and_a_dead_senders_is_claimed_again(
             again, delivered=True, status_code=200, error=None, retry_in=None
         )
         uow.commit()
+
+
+def test_the_oldest_pending_age_counts_enabled_webhooks_on_the_database_clock(
+    svc: Services, admin: UserRecord
+) -> None:
+    webhook_id = _hook(svc, admin, "https://example.com/hook")
+    with concrete(svc.uow_factory)() as uow:
+        assert uow.deliveries.oldest_pending_age() == 0.0
+    hooks.ping(svc.uow_factory, admin, webhook_id)
+    threading.Event().wait(0.3)
+    with concrete(svc.uow_factory)() as uow:
+        assert 0.25 <= uow.deliveries.oldest_pending_age() < 30
+    hooks.update_webhook(svc.uow_factory, admin, webhook_id, {"enabled": False})
+    with concrete(svc.uow_factory)() as uow:
+        assert uow.deliveries.oldest_pending_age() == 0.0

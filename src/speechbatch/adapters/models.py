@@ -357,8 +357,9 @@ class WebhookDelivery(Base):
     __tablename__ = "webhook_deliveries"
     __table_args__ = (
         Index("ix_webhook_deliveries_webhook_id_id", "webhook_id", "id"),
-        # The claim scans due deliveries only.
+        # The claim scans due deliveries only, and counts the held ones by their lease.
         Index("ix_webhook_deliveries_status_next_attempt_at", "status", "next_attempt_at"),
+        Index("ix_webhook_deliveries_lease_expires_at", "lease_expires_at"),
     )
 
     id: Mapped[int] = mapped_column(Id, primary_key=True)

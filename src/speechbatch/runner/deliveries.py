@@ -1,10 +1,11 @@
 """Webhook deliveries in the background of a live process: sender threads.
 
-Each sender thread repeats: claim a due delivery (one short transaction, a
-compare-and-set under a lease on the database's clock), POST it with no transaction or
-connection held, then write the result fenced by the claim's token (another short
-transaction). A failed attempt is due again after the next wait of the retry schedule,
-counted since the last redeliver, and FAILED once the schedule is used up. Every attempt
+Each sender thread repeats: claim a due delivery (a compare-and-set under a lease on the
+database's clock), POST it with no transaction or connection held, then write the result
+fenced by the claim's token; the result and the next claim share one short transaction
+(one commit per delivery), and a stopping sender records its last result alone. A
+failed attempt is due again after the next wait of the retry schedule, counted since the
+last redeliver, and FAILED once the schedule is used up. Every attempt
 of a delivery carries its event's ``webhook-id`` and body; only the timestamp and the
 signature are the attempt's own. A process that dies holding a delivery stops
 heartbeating, and another sender claims it again (see ``repositories/deliveries.py``).
@@ -17,17 +18,19 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import Protocol
 
 from speechbatch.adapters import metrics
 from speechbatch.adapters.repositories.deliveries import ClaimedDelivery, DeliveryRules
+from speechbatch.adapters.uow import RunUnit
 from speechbatch.adapters.webhook_http import AttemptResult
 from speechbatch.domain.webhooks import next_wait, sign
 from speechbatch.runner.transactions import Transactions
 
 log = logging.getLogger(__name__)
 
-SENDER_THREADS = 6
+SENDER_THREADS = 8
 # A lease longer than one POST can last (its timeout) plus the two short transactions.
 LEASE_MARGIN_SECONDS = 20.0
 GAUGE_INTERVAL_SECONDS = 5.0
@@ -38,6 +41,14 @@ class Poster(Protocol):
 
     def post(self, url: str, headers: dict[str, str], body: bytes) -> AttemptResult: ...
     def close(self) -> None: ...
+
+
+@dataclass(frozen=True)
+class Sent:
+    """An attempt made whose result is not recorded yet."""
+
+    claim: ClaimedDelivery
+    result: AttemptResult
 
 
 class DeliverySenders:
@@ -89,42 +100,56 @@ class DeliverySenders:
     def _loop(self, keeps_gauge: bool) -> None:
         poster = self._make_poster()
         gauge_due = time.monotonic()
+        sent: Sent | None = None
         try:
             while not self._stop.is_set():
                 try:
                     if keeps_gauge and time.monotonic() >= gauge_due:
                         gauge_due = time.monotonic() + GAUGE_INTERVAL_SECONDS
                         self.update_gauge()
-                    sent = self.deliver_one(poster)
+                    sent = self.deliver_one(poster, sent)
                 except Exception:
+                    # A result not recorded is sent again once its lease runs out.
                     log.exception("webhook sender failed; trying again shortly")
-                    sent = False
-                if not sent:
+                    sent = None
+                if sent is None:
                     self._stop.wait(self._idle)
         finally:
+            if sent is not None:
+                self._tx(lambda uow: self._record(uow, sent))
             poster.close()
 
-    def deliver_one(self, poster: Poster) -> bool:
-        """Claim one due delivery, send it and record the result; whether one was due."""
+    def deliver_one(self, poster: Poster, previous: Sent | None = None) -> Sent | None:
+        """Record ``previous`` (the last attempt's result) and claim the next due delivery
+        in one transaction, then send it; what was sent (to record next time), or None
+        when nothing was due."""
         worker = self._worker_id()
-        claim = self._tx(lambda uow: uow.deliveries.claim_delivery(worker, self.rules))
+
+        def settle_and_claim(uow: RunUnit) -> ClaimedDelivery | None:
+            if previous is not None:
+                self._record(uow, previous)
+            return uow.deliveries.claim_delivery(worker, self.rules)
+
+        claim = self._tx(settle_and_claim)
         if claim is None:
-            return False
+            return None
         result = poster.post(claim.url, headers_for(claim), claim.body.encode())
+        return Sent(claim, result)
+
+    def _record(self, uow: RunUnit, sent: Sent) -> None:
+        """Write an attempt's result, fenced by its claim (retry due, or FAILED)."""
+        claim, result = sent.claim, sent.result
         retry_in = None
         if not result.delivered:
             retry_in = next_wait(self._schedule, claim.attempts - claim.schedule_from)
-        won = self._tx(
-            lambda uow: uow.deliveries.finish_delivery(
-                claim,
-                delivered=result.delivered,
-                status_code=result.status_code,
-                error=result.error,
-                retry_in=retry_in,
-            )
+        won = uow.deliveries.finish_delivery(
+            claim,
+            delivered=result.delivered,
+            status_code=result.status_code,
+            error=result.error,
+            retry_in=retry_in,
         )
         _count(claim, result, retry_in, won)
-        return True
 
     def update_gauge(self) -> None:
         """Set the age of the oldest pending delivery (every GAUGE_INTERVAL_SECONDS)."""

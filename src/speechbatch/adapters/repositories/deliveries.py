@@ -10,11 +10,12 @@ WORKER_DEAD_SECONDS). All the arithmetic is on the database's clock.
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Protocol
 
-from sqlalchemy import ColumnElement, Table, and_, func, not_, select, update
+from sqlalchemy import ColumnElement, Table, and_, bindparam, func, not_, select, update
 from sqlalchemy.orm import Session
 
 from speechbatch.adapters.db import ago, db_now, later
@@ -52,7 +53,7 @@ class DeliveryRules:
 
     lease_seconds: float
     worker_dead_seconds: float
-    in_flight_per_webhook: int = 4
+    in_flight_per_webhook: int = 6
 
 
 def _held(d: Table | Any, rules: DeliveryRules) -> ColumnElement[bool]:
@@ -69,25 +70,73 @@ def _held(d: Table | Any, rules: DeliveryRules) -> ColumnElement[bool]:
     )
 
 
+def _busy_webhooks(rules: DeliveryRules) -> Any:
+    """The webhooks with ``in_flight_per_webhook`` deliveries held already: one
+    uncorrelated subquery (over the few leased rows, by their index), not one per row."""
+    held = deliveries.alias("held")
+    return (
+        select(held.c.webhook_id)
+        .where(held.c.status == DeliveryStatus.PENDING, _held(held, rules))
+        .group_by(held.c.webhook_id)
+        .having(func.count() >= rules.in_flight_per_webhook)
+    )
+
+
 def _claimable(d: Table | Any, rules: DeliveryRules) -> ColumnElement[bool]:
-    other = deliveries.alias("other")
-    busy_webhook = (
-        select(func.count())
-        .select_from(other)
-        .where(
-            other.c.webhook_id == d.c.webhook_id,
-            other.c.status == DeliveryStatus.PENDING,
-            _held(other, rules),
-        )
-        .scalar_subquery()
-    ) >= rules.in_flight_per_webhook
     return and_(
         d.c.status == DeliveryStatus.PENDING,
         d.c.next_attempt_at <= db_now(),
         not_(_held(d, rules)),
         d.c.webhook_id.in_(select(webhooks.c.id).where(webhooks.c.enabled.is_(True))),
-        not_(busy_webhook),
+        d.c.webhook_id.not_in(_busy_webhooks(rules)),
     )
+
+
+@functools.cache
+def _claim_statement(rules: DeliveryRules) -> Any:
+    """The claim's UPDATE for these rules, built once (building it costs more than
+    running it); the claiming worker is its one parameter."""
+    d = deliveries.alias("d")
+    candidate = (
+        select(d.c.id)
+        .where(_claimable(d, rules))
+        .order_by(d.c.next_attempt_at, d.c.id)
+        .limit(1)
+        .with_for_update(skip_locked=True)
+        .scalar_subquery()
+    )
+    return (
+        update(deliveries)
+        # The guard again on the row itself: it is re-checked on the newest version.
+        .where(deliveries.c.id == candidate, _claimable(deliveries, rules))
+        .values(
+            claim_token=deliveries.c.claim_token + 1,
+            attempts=deliveries.c.attempts + 1,
+            claimed_by_id=bindparam("worker_id"),
+            lease_expires_at=later(rules.lease_seconds),
+        )
+        .returning(
+            deliveries.c.id,
+            deliveries.c.claim_token,
+            deliveries.c.attempts,
+            deliveries.c.schedule_from,
+            deliveries.c.webhook_id,
+            _of_webhook(webhooks.c.url).label("url"),
+            _of_webhook(webhooks.c.secret).label("secret"),
+            _of_event(webhook_events.c.message_id).label("message_id"),
+            _of_event(webhook_events.c.body).label("body"),
+        )
+    )
+
+
+def _of_webhook(column: Any) -> Any:
+    """A column of the claimed delivery's webhook, for the claim's RETURNING."""
+    return select(column).where(webhooks.c.id == deliveries.c.webhook_id).scalar_subquery()
+
+
+def _of_event(column: Any) -> Any:
+    """A column of the claimed delivery's event, for the claim's RETURNING."""
+    return select(column).where(webhook_events.c.id == deliveries.c.event_id).scalar_subquery()
 
 
 def _view(row: Any) -> dict[str, Any]:
@@ -124,56 +173,19 @@ class DeliveriesRepository:
     def claim_delivery(self, worker_id: int, rules: DeliveryRules) -> ClaimedDelivery | None:
         """Compare-and-set: hold the oldest due delivery for ``rules.lease_seconds`` as
         ``worker_id`` (one more attempt, a new token); None when none is claimable."""
-        d = deliveries.alias("d")
-        candidate = (
-            select(d.c.id)
-            .where(_claimable(d, rules))
-            .order_by(d.c.next_attempt_at, d.c.id)
-            .limit(1)
-            .with_for_update(skip_locked=True)
-            .scalar_subquery()
-        )
-        row = self.session.execute(
-            update(deliveries)
-            # The guard again on the row itself: it is re-checked on the newest version.
-            .where(deliveries.c.id == candidate, _claimable(deliveries, rules))
-            .values(
-                claim_token=deliveries.c.claim_token + 1,
-                attempts=deliveries.c.attempts + 1,
-                claimed_by_id=worker_id,
-                lease_expires_at=later(rules.lease_seconds),
-            )
-            .returning(
-                deliveries.c.id,
-                deliveries.c.claim_token,
-                deliveries.c.attempts,
-                deliveries.c.schedule_from,
-                deliveries.c.webhook_id,
-                deliveries.c.event_id,
-            )
-        ).first()
+        row = self.session.execute(_claim_statement(rules), {"worker_id": worker_id}).first()
         if row is None:
             return None
-        target = self.session.execute(
-            select(webhooks.c.url, webhooks.c.secret, webhook_events.c.message_id)
-            .add_columns(webhook_events.c.body)
-            .select_from(
-                deliveries.join(webhooks, webhooks.c.id == deliveries.c.webhook_id).join(
-                    webhook_events, webhook_events.c.id == deliveries.c.event_id
-                )
-            )
-            .where(deliveries.c.id == row.id)
-        ).one()
         return ClaimedDelivery(
             id=row.id,
             token=row.claim_token,
             attempts=row.attempts,
             schedule_from=row.schedule_from,
             webhook_id=row.webhook_id,
-            url=target.url,
-            secret=target.secret,
-            message_id=target.message_id,
-            body=target.body,
+            url=row.url,
+            secret=row.secret,
+            message_id=row.message_id,
+            body=row.body,
         )
 
     def finish_delivery(
