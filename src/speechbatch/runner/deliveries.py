@@ -30,7 +30,7 @@ from speechbatch.runner.transactions import Transactions
 
 log = logging.getLogger(__name__)
 
-SENDER_THREADS = 8
+SENDER_THREADS = 10
 # A lease longer than one POST can last (its timeout) plus the two short transactions.
 LEASE_MARGIN_SECONDS = 20.0
 GAUGE_INTERVAL_SECONDS = 5.0

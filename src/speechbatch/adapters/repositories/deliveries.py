@@ -53,7 +53,7 @@ class DeliveryRules:
 
     lease_seconds: float
     worker_dead_seconds: float
-    in_flight_per_webhook: int = 6
+    in_flight_per_webhook: int = 8
 
 
 def _held(d: Table | Any, rules: DeliveryRules) -> ColumnElement[bool]:
