@@ -25,12 +25,14 @@ from speechbatch.adapters.repositories import (
     Tokens,
     UserRecord,
 )
+from speechbatch.adapters.repositories.deliveries import Deliveries
 from speechbatch.adapters.repositories.exports import Exports
 from speechbatch.adapters.repositories.job_locks import Locks
 from speechbatch.adapters.repositories.ledger import Usage
 from speechbatch.adapters.repositories.renders import Renders
 from speechbatch.adapters.repositories.resume import Resumes
 from speechbatch.adapters.repositories.slots import SlotReads
+from speechbatch.adapters.repositories.webhooks import Webhooks
 from speechbatch.adapters.repositories.workers import Workers
 
 
@@ -331,6 +333,8 @@ class FakeUnitOfWork:
     resume: Resumes
     runs: Runs
     slots: SlotReads
+    webhooks: Webhooks
+    deliveries: Deliveries
 
     def __init__(self, repo: FakeRepository) -> None:
         self.repo = repo

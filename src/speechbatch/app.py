@@ -18,9 +18,12 @@ from speechbatch.adapters.db import make_engine, make_session_factory
 from speechbatch.adapters.providers import build_provider
 from speechbatch.adapters.providers.base import TTSProvider
 from speechbatch.adapters.read import DocumentCache
+from speechbatch.adapters.repositories.deliveries import DeliveryRules
 from speechbatch.adapters.storage import build_storage
 from speechbatch.adapters.uow import SessionUowFactory, UowFactory
+from speechbatch.adapters.webhook_http import WebhookHTTP
 from speechbatch.config import Settings
+from speechbatch.runner.deliveries import LEASE_MARGIN_SECONDS, DeliverySenders
 from speechbatch.runner.handoff import RunHandOff
 from speechbatch.runner.lifecycle import Runner, drain_all
 from speechbatch.runner.worker import WorkerTier
@@ -131,6 +134,24 @@ def _flask_app(settings: Settings) -> Flask:
     return app
 
 
+def webhook_senders(settings: Settings, runner: Runner) -> DeliverySenders:
+    """This process's webhook sender threads (started with its background loops)."""
+    timeout = settings.webhook_timeout_seconds
+    rules = DeliveryRules(
+        lease_seconds=timeout + LEASE_MARGIN_SECONDS,
+        worker_dead_seconds=settings.worker_dead_seconds,
+    )
+    return DeliverySenders(
+        runner.tx,
+        lambda: WebhookHTTP(allow_private=settings.webhooks_reach_private, timeout=timeout),
+        settings.webhook_retry_schedule,
+        runner.worker_id,
+        rules,
+        idle_seconds=settings.webhook_idle_seconds,
+        join_seconds=timeout + 2.0,
+    )
+
+
 def build_services(settings: Settings, provider: TTSProvider | None = None) -> Services:
     """The database, provider, storage and runner of one process, wired together."""
     if settings.is_sqlite:
@@ -149,6 +170,7 @@ def build_services(settings: Settings, provider: TTSProvider | None = None) -> S
         # The slot listener's own connection (LISTEN): a plain psycopg DSN.
         listen_dsn = engine.url.set(drivername="postgresql").render_as_string(hide_password=False)
     runner = _make_runner(uow_factory, provider, storage, settings, listen_dsn)
+    runner.background_work.append(webhook_senders(settings, runner))
     return Services(
         settings=settings,
         engine=engine,

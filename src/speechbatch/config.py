@@ -101,6 +101,21 @@ class Settings:
     runner: str = "web"
     # Extra Piper voices (NAME.onnx with NAME.onnx.json) for the piper provider.
     piper_voices_dir: str | None = None
+    # Seconds before each retry of a failed webhook delivery; then it is FAILED.
+    webhook_retry_schedule: tuple[float, ...] = (5, 60, 300, 1800, 7200, 21600, 43200, 86400)
+    # Whether webhook URLs may reach private addresses; None: only in development.
+    webhook_allow_private: bool | None = None
+    # Not from the environment: the contract's 10 s, shorter in tests.
+    webhook_timeout_seconds: float = 10.0
+    # Not from the environment: how long an idle sender thread waits before it looks again.
+    webhook_idle_seconds: float = 0.5
+
+    @property
+    def webhooks_reach_private(self) -> bool:
+        """Whether deliveries may connect to loopback, private and link-local addresses."""
+        if self.webhook_allow_private is None:
+            return not self.is_production
+        return self.webhook_allow_private
 
     @property
     def item_worst_case_seconds(self) -> float:
@@ -246,6 +261,7 @@ class Settings:
                     f"not {presigned!r}"
                 )
             values["storage_presigned_downloads"] = BOOLEANS[presigned]
+        values.update(_webhook_values(env))
         if values.get("env", "development") == "development" and "secret_key" not in values:
             values["secret_key"] = shared_secret_key(instance_dir or DEFAULT_INSTANCE_DIR)
         settings = cls(**values)  # type: ignore[arg-type]
@@ -253,6 +269,32 @@ class Settings:
         if settings.is_production and "secret_key" not in values:
             raise ConfigError("SPEECHBATCH_SECRET_KEY is required when SPEECHBATCH_ENV=production")
         return settings
+
+
+def _webhook_values(env: Mapping[str, str]) -> dict[str, object]:
+    """SPEECHBATCH_WEBHOOK_RETRY_SCHEDULE and SPEECHBATCH_WEBHOOK_ALLOW_PRIVATE, parsed."""
+    values: dict[str, object] = {}
+    raw = env.get("SPEECHBATCH_WEBHOOK_RETRY_SCHEDULE")
+    if raw is not None and raw.strip():
+        try:
+            schedule = tuple(float(p) for p in raw.split(",") if p.strip())
+        except ValueError:
+            schedule = (-1.0,)
+        if any(not (0 <= wait < float("inf")) for wait in schedule):
+            raise ConfigError(
+                "SPEECHBATCH_WEBHOOK_RETRY_SCHEDULE must be seconds (numbers >= 0) separated "
+                f"by commas, not {raw!r}"
+            )
+        values["webhook_retry_schedule"] = schedule
+    allow = env.get("SPEECHBATCH_WEBHOOK_ALLOW_PRIVATE")
+    if allow is not None and allow.strip():
+        flag = allow.strip().lower()
+        if flag not in ("1", "true", "yes", "on", "0", "false", "no", "off"):
+            raise ConfigError(
+                f"SPEECHBATCH_WEBHOOK_ALLOW_PRIVATE must be true or false, not {allow!r}"
+            )
+        values["webhook_allow_private"] = flag in ("1", "true", "yes", "on")
+    return values
 
 
 def shared_secret_key(instance_dir: Path) -> str:

@@ -13,8 +13,10 @@ from datetime import UTC, datetime
 from typing import Any
 
 from sqlalchemy import (
+    BigInteger,
     DateTime,
     Engine,
+    Integer,
     MetaData,
     create_engine,
     event,
@@ -59,6 +61,10 @@ SHORT_LOCK_WAIT = "speechbatch_short_lock_wait"
 # SQLAlchemy stores SQLite datetimes as text with six fractional digits; the clock below
 # writes the same shape so that stored and computed timestamps compare as text.
 _SQLITE_NOW = "strftime('%Y-%m-%d %H:%M:%f000', 'now')"
+
+
+# BIGINT on PostgreSQL, but INTEGER on SQLite so the column stays the rowid alias.
+Id = BigInteger().with_variant(Integer(), "sqlite")
 
 
 class Base(DeclarativeBase):

@@ -17,6 +17,7 @@ from prometheus_client import (
     CONTENT_TYPE_LATEST,
     CollectorRegistry,
     Counter,
+    Gauge,
     Histogram,
     generate_latest,
 )
@@ -60,6 +61,24 @@ BUDGET_REFUSALS = Counter(
     "speechbatch_budget_refusals_total", "Calls or claims the budget could not pay for", ["where"]
 )
 CANCELS = Counter("speechbatch_cancels_total", "Runs cancelled by a person")
+# Webhooks: what each delivery came to, what each attempt did, and how far behind they are.
+WEBHOOK_OUTCOMES = ("delivered", "retrying", "failed")
+WEBHOOK_ATTEMPT_RESULTS = (
+    "delivered", "error_status", "redirect", "timeout", "connection_error", "forbidden_address",
+)  # fmt: skip
+WEBHOOK_DELIVERIES = Counter(
+    "speechbatch_webhook_deliveries_total",
+    "Webhook delivery attempts' outcomes: delivered, retrying (another attempt is due), failed",
+    ["outcome"],
+)
+WEBHOOK_ATTEMPTS = Counter(
+    "speechbatch_webhook_attempts_total", "Webhook POSTs, by what they came to", ["result"]
+)
+WEBHOOK_OLDEST_PENDING = Gauge(
+    "speechbatch_webhook_oldest_pending_seconds",
+    "Age of the oldest pending delivery to an enabled webhook",
+    multiprocess_mode="livemax",
+)
 
 
 def _start_at_zero() -> None:
@@ -71,6 +90,8 @@ def _start_at_zero() -> None:
         (PROVIDER_CALLS, "status", PROVIDER_CALL_STATUSES),
         (BILLED_CHARACTERS, "status", PROVIDER_CALL_STATUSES),
         (BUDGET_REFUSALS, "where", BUDGET_REFUSAL_PLACES),
+        (WEBHOOK_DELIVERIES, "outcome", WEBHOOK_OUTCOMES),
+        (WEBHOOK_ATTEMPTS, "result", WEBHOOK_ATTEMPT_RESULTS),
     )
     for counter, label, values in known:
         for value in values:

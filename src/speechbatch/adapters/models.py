@@ -8,7 +8,6 @@ from sqlalchemy import (
     BigInteger,
     Boolean,
     CheckConstraint,
-    Float,
     ForeignKey,
     Index,
     Integer,
@@ -20,19 +19,33 @@ from sqlalchemy import (
 )
 from sqlalchemy.orm import Mapped, mapped_column
 
-from speechbatch.adapters.db import Base, UTCDateTime, db_now
+from speechbatch.adapters.db import Base, Id, UTCDateTime, db_now
+
+# Renders and webhooks live in a module of their own; importing them here registers
+# their tables with every reader of this schema.
+from speechbatch.adapters.models_outputs import (
+    Render,
+    Webhook,
+    WebhookDelivery,
+    WebhookEvent,
+)
 from speechbatch.domain.statuses import (
     ExportStatus,
     ItemStatus,
     JobStatus,
-    RenderStatus,
     RunOutcome,
 )
 
-__all__ = ["ExportStatus", "ItemStatus", "JobStatus", "RunOutcome"]
-
-# BIGINT on PostgreSQL, but INTEGER on SQLite so the column stays the rowid alias.
-Id = BigInteger().with_variant(Integer(), "sqlite")
+__all__ = [
+    "ExportStatus",
+    "ItemStatus",
+    "JobStatus",
+    "Render",
+    "RunOutcome",
+    "Webhook",
+    "WebhookDelivery",
+    "WebhookEvent",
+]
 
 
 class Organization(Base):
@@ -319,34 +332,3 @@ class ProviderPace(Base):
 
     id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=False)
     next_start_at: Mapped[datetime] = mapped_column(UTCDateTime(), server_default=db_now())
-
-
-class Render(Base):
-    """One audio file of a whole job (with captions), built under the ``render:JOB`` lock.
-
-    A COMPLETED render never changes: its file, captions, duration and chapters are
-    written once, in the transaction that ends it.
-    """
-
-    __tablename__ = "renders"
-    __table_args__ = (Index("ix_renders_job_id_id", "job_id", "id"),)
-
-    id: Mapped[int] = mapped_column(Id, primary_key=True)
-    organization_id: Mapped[int] = mapped_column(Id, ForeignKey("organizations.id"))
-    job_id: Mapped[int] = mapped_column(Id, ForeignKey("jobs.id", ondelete="CASCADE"))
-    created_by_id: Mapped[int | None] = mapped_column(Id, ForeignKey("users.id"))
-    lock_id: Mapped[int | None] = mapped_column(Id, ForeignKey("job_locks.id"))
-    status: Mapped[str] = mapped_column(String(20), default=RenderStatus.RUNNING)
-    format: Mapped[str] = mapped_column(String(10))
-    gap_ms: Mapped[int] = mapped_column(Integer)
-    chapter_gap_ms: Mapped[int] = mapped_column(Integer)
-    loudness_lufs: Mapped[float | None] = mapped_column(Float)
-    error_message: Mapped[str | None] = mapped_column(Text)
-    file_path: Mapped[str | None] = mapped_column(String(500))
-    vtt_path: Mapped[str | None] = mapped_column(String(500))
-    srt_path: Mapped[str | None] = mapped_column(String(500))
-    duration_seconds: Mapped[float | None] = mapped_column(Float)
-    # [{"title", "start_seconds", "end_seconds"}] as JSON text, written at completion.
-    chapters: Mapped[str | None] = mapped_column(Text)
-    created_at: Mapped[datetime] = mapped_column(UTCDateTime(), server_default=db_now())
-    finished_at: Mapped[datetime | None] = mapped_column(UTCDateTime())

@@ -46,12 +46,14 @@ from speechbatch.adapters.repositories import (
     Workers,
     WorkersRepository,
 )
+from speechbatch.adapters.repositories.deliveries import Deliveries, DeliveriesRepository
 from speechbatch.adapters.repositories.exports import ExportRepository, Exports
 from speechbatch.adapters.repositories.job_locks import LockRepository, Locks, is_unique_violation
 from speechbatch.adapters.repositories.ledger import Spending, SpendingRepository
 from speechbatch.adapters.repositories.renders import RenderRepository, Renders
 from speechbatch.adapters.repositories.resume import ResumeRepository, Resumes
 from speechbatch.adapters.repositories.slots import SlotReads, SlotRepository
+from speechbatch.adapters.repositories.webhooks import Webhooks, WebhooksRepository
 from speechbatch.errors import AlreadyExists, DatabaseError, DatabaseUnavailable, SpeechbatchError
 
 # What the driver and the pool raise; everything else leaves a unit of work untouched.
@@ -111,6 +113,10 @@ class ReadUnit(Protocol):
     def resume(self) -> Resumes: ...
     @property
     def slots(self) -> SlotReads: ...
+    @property
+    def webhooks(self) -> Webhooks: ...
+    @property
+    def deliveries(self) -> Deliveries: ...
 
     def __enter__(self) -> Self: ...
     def __exit__(
@@ -152,6 +158,8 @@ class RunUnit(Protocol):
     def workers(self) -> WorkersRepository: ...
     @property
     def resume(self) -> ResumeRepository: ...
+    @property
+    def deliveries(self) -> DeliveriesRepository: ...
 
     def __enter__(self) -> Self: ...
     def __exit__(
@@ -194,6 +202,8 @@ class _Unit:
         self.tokens = TokenRepository(self.session)
         self.slots = SlotRepository(self.session)
         self.resume = ResumeRepository(self.session)
+        self.webhooks = WebhooksRepository(self.session)
+        self.deliveries = DeliveriesRepository(self.session)
 
     def __exit__(
         self,

@@ -17,7 +17,7 @@ import time
 import weakref
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TypeVar
+from typing import Protocol, TypeVar
 
 from speechbatch.adapters import metrics
 from speechbatch.adapters.providers.base import TTSProvider
@@ -48,6 +48,13 @@ class _Group:
     items: list[tuple[int, str]]
 
 
+class Background(Protocol):
+    """Work on threads of its own, started with the process and stopped at its drain."""
+
+    def start(self) -> None: ...
+    def stop(self) -> None: ...
+
+
 class Runner:
     """Runs claimed jobs in background threads of this process."""
 
@@ -74,7 +81,8 @@ class Runner:
         self.calls = Calls(self.items)
         # What the background loop runs once started (set by the app): the resume tick.
         self.background_tick: Callable[[], object] | None = None
-        self._loops: list[BackgroundLoop] = []
+        self._loops: list[Background] = []
+        self.background_work: list[Background] = []  # started with it: webhook senders
         _RUNNERS.add(self)
 
     @property
@@ -95,10 +103,13 @@ class Runner:
         process that is up resumes interrupted jobs within WORKER_DEAD_SECONDS even
         before it runs anything itself, and a slow tick never delays the heartbeat."""
         self.worker_id()
-        if tick is not None and not self._loops:
+        if tick is not None and not any(isinstance(w, BackgroundLoop) for w in self._loops):
             loop = BackgroundLoop("speechbatch-resume", tick, self.identity.interval_seconds)
             self._loops.append(loop)
             loop.start()
+        for work in [w for w in self.background_work if w not in self._loops]:
+            self._loops.append(work)
+            work.start()
 
     def worker_id(self) -> int:
         """This process's worker id (registered on first use)."""
@@ -279,9 +290,9 @@ class Runner:
     def drain(self, timeout: float) -> None:
         """Graceful stop: start no new item, let in-flight calls finish, end runs INTERRUPTED."""
         self._draining.set()
+        deadline = time.monotonic() + timeout  # the webhook senders' stop waits within it
         for loop in self._loops:
             loop.stop()
-        deadline = time.monotonic() + timeout
         with self._lock:
             runs = list(self._runs.values())
         for run in runs:

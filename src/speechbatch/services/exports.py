@@ -31,9 +31,10 @@ from typing import Any
 
 from speechbatch.adapters.repositories import UserRecord
 from speechbatch.adapters.repositories.exports import DoneAudio, ExportRecord
-from speechbatch.adapters.uow import UowFactory
+from speechbatch.adapters.uow import UowFactory, WriteUnit
 from speechbatch.config import Settings
 from speechbatch.domain.statuses import ExportStatus
+from speechbatch.domain.webhooks import EventType
 from speechbatch.errors import DatabaseUnavailable, ExportInProgress, LockHeld, NotFound
 from speechbatch.services.ports import Storage
 
@@ -96,6 +97,15 @@ def export_view(record: ExportRecord) -> dict[str, Any]:
 
 # A lock held in the name of the worker tier: a worker takes it over (export_queue.py).
 QUEUED_HOLDER_PREFIX = "queued:"
+
+
+def record_export_event(uow: WriteUnit, organization_id: int, export_id: int) -> None:
+    """Record ``export.completed`` in the transaction that completes the export."""
+    record = uow.exports.get_export(export_id, organization_id)
+    if record is not None:
+        uow.webhooks.record_event(
+            organization_id, EventType.EXPORT_COMPLETED, {"export": export_view(record)}
+        )
 
 
 def new_holder() -> str:
@@ -274,6 +284,7 @@ class ExportBuilder:
             with self._uow_factory() as uow:
                 won = uow.exports.complete_export(task.export_id, task.lock_id, task.holder, key)
                 if won:
+                    record_export_event(uow, task.organization_id, task.export_id)
                     uow.commit()
         except BaseException:
             self._storage.delete(key)

@@ -20,6 +20,8 @@ def register_web(app: Flask, csrf: CSRFProtect, *, production: bool) -> None:
         security,
         tokens_api,
         usage,
+        webhooks_api,
+        webhooks_pages,
     )
 
     app.register_blueprint(api.bp)
@@ -33,6 +35,9 @@ def register_web(app: Flask, csrf: CSRFProtect, *, production: bool) -> None:
     csrf.exempt(usage.cancel)  # require_user checks X-CSRFToken on session writes
     app.register_blueprint(tokens_api.bp)
     csrf.exempt(tokens_api.bp)  # require_user checks X-CSRFToken on session writes
+    app.register_blueprint(webhooks_api.bp)
+    csrf.exempt(webhooks_api.bp)  # require_user checks X-CSRFToken on session writes
+    app.register_blueprint(webhooks_pages.bp)
     app.register_blueprint(openapi.bp)
     app.register_blueprint(metrics_api.bp)
     context.init_app(app)

@@ -614,6 +614,7 @@ PATHS: dict[str, Any] = {
 def document(limits: Limits) -> dict[str, Any]:
     """The OpenAPI 3.1 document of every ``/api/`` call, for the configured provider."""
     from speechbatch.web import openapi_renders  # it builds on this module's helpers
+    from speechbatch.web.openapi_webhooks import WEBHOOK_SCHEMAS, webhook_paths
 
     return {
         "openapi": "3.1.0",
@@ -626,11 +627,12 @@ def document(limits: Limits) -> dict[str, Any]:
                 'Errors are `{"error": {"code", "message"}}`.'
             ),
         },
-        "paths": {**PATHS, **openapi_renders.PATHS},
+        "paths": {**PATHS, **openapi_renders.PATHS, **webhook_paths()},
         "components": {
             "schemas": {
                 **SCHEMAS,
                 **openapi_renders.SCHEMAS,
+                **WEBHOOK_SCHEMAS,
                 "NewJob": _new_job(limits),
                 "ImportJob": _import_job(limits),
             },

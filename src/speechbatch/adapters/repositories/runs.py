@@ -21,6 +21,7 @@ from speechbatch.adapters.repositories.jobs import (
     total_items,
 )
 from speechbatch.adapters.repositories.tables import items, jobs, runs
+from speechbatch.adapters.repositories.webhooks import WebhooksRepository
 
 __all__ = ["FinishedItem", "RunPlan", "Runs", "RunsRepository", "StartedItem"]
 
@@ -104,8 +105,10 @@ class RunsRepository(ItemMoves):
     def end_run(
         self, job_id: int, attempt: int, outcome: str, message: str | None, **extra: Any
     ) -> None:
-        """Record how a run ended (only while it is still RUNNING)."""
-        self.session.execute(
+        """Record how a run ended (only while it is still RUNNING), and its webhook event
+        (``job.completed`` or ``job.failed``) in the same transaction: every way a run
+        ends (finish, interrupt, cancel, recovery) comes through here."""
+        ended = self.session.execute(
             update(runs)
             .where(
                 runs.c.job_id == job_id,
@@ -113,7 +116,10 @@ class RunsRepository(ItemMoves):
                 runs.c.outcome == RunOutcome.RUNNING,
             )
             .values(outcome=outcome, finished_at=db_now(), error_message=message, **extra)
-        )
+            .returning(runs.c.id)
+        ).first()
+        if ended is not None:
+            WebhooksRepository(self.session).record_job_event(job_id, attempt)
 
     def fail_in_flight_items(self, job_id: int, message: str) -> None:
         """Move the job's GENERATING items to ERROR (the caller moved the counters)."""

@@ -1,0 +1,74 @@
+"""The /webhooks page in a real browser against gunicorn, at 1280 and 390 px: add a webhook
+(its secret shown once), send a ping and see it DELIVERED to a local receiver (its
+signature verified with ``standardwebhooks``), disable it, and nothing wider than the
+screen. Screenshots go to $SPEECHBATCH_SCREENSHOT_DIR."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from playwright.sync_api import Browser, Page, expect
+
+from tests.e2e.test_browser import browser as browser  # the module's Chromium fixture
+from tests.support.browser import DESKTOP, PHONE, SCREENSHOTS, new_tab, sign_in
+from tests.support.server import GunicornServer, app_env, bootstrap, sqlite_url
+from tests.support.webhook_receiver import Receiver
+
+pytestmark = pytest.mark.e2e
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[GunicornServer]:
+    """gunicorn wsgi:app on SQLite (its provider is never called here)."""
+    tmp: Path = tmp_path_factory.mktemp("webhooks-page")
+    env = app_env(sqlite_url(tmp), "http://127.0.0.1:9/v1", tmp / "audio")
+    bootstrap(env)
+    with GunicornServer(env, tmp, workers=1, threads=4, name="webhooks-page") as app:
+        yield app
+
+
+def _fits(page: Page) -> None:
+    wide = page.evaluate("document.documentElement.scrollWidth > window.innerWidth")
+    assert not wide, f"{page.url} scrolls sideways"
+
+
+@pytest.mark.parametrize("width", [DESKTOP, PHONE])
+def test_add_ping_and_disable_a_webhook(
+    browser: Browser, server: GunicornServer, width: int
+) -> None:
+    receiver = Receiver()
+    try:
+        for page in new_tab(browser, server.base_url, width):
+            sign_in(page)
+            page.click("nav >> text=Webhooks")
+            expect(page.locator("h1")).to_have_text("Webhooks")
+            page.fill("#webhook-url", receiver.url + f"/{width}")
+            page.fill("#webhook-description", "CMS publish hook")
+            page.check("input[value='export.completed']")
+            page.click("button:has-text('Add webhook')")
+            secret = page.locator("#new-webhook .token-secret").inner_text()
+            assert secret.startswith("whsec_")
+            receiver.secret = secret
+            _fits(page)
+            page.screenshot(path=str(SCREENSHOTS / f"webhooks-{width}.png"), full_page=True)
+            page.goto("/webhooks")
+            expect(page.locator("#new-webhook")).to_have_count(0)  # shown once
+            page.click(f"a:has-text('/{width}')")
+            expect(page).to_have_url(re.compile(r"/webhooks/\d+$"))
+            page.click("#btn-ping")
+            for _ in range(50):
+                if page.locator(".deliveries .badge-delivered").count():
+                    break
+                page.wait_for_timeout(200)
+                page.reload()
+            expect(page.locator(".deliveries .badge-delivered")).to_have_count(1)
+            assert receiver.count() == 1 and receiver.received[0].verified
+            _fits(page)
+            page.screenshot(path=str(SCREENSHOTS / f"webhook-{width}.png"), full_page=True)
+            page.click("button:has-text('Disable')")
+            expect(page.locator(".meta .badge")).to_have_text("DISABLED")
+    finally:
+        receiver.stop()
