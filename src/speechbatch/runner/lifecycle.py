@@ -98,10 +98,9 @@ class Runner:
         return self.tx(lambda uow: work(uow.slots))
 
     def start_background(self, tick: Callable[[], object] | None = None) -> None:
-        """Register this process now (its heartbeat thread starts) and run ``tick`` on a
-        thread of its own every heartbeat interval (gunicorn's post_worker_init): a
-        process that is up resumes interrupted jobs within WORKER_DEAD_SECONDS even
-        before it runs anything itself, and a slow tick never delays the heartbeat."""
+        """Register this process (its heartbeat starts) and run ``tick`` on a thread of its
+        own every heartbeat interval: a process that is up resumes interrupted jobs within
+        WORKER_DEAD_SECONDS, and a slow tick never delays the heartbeat."""
         self.worker_id()
         if tick is not None and not any(isinstance(w, BackgroundLoop) for w in self._loops):
             loop = BackgroundLoop("speechbatch-resume", tick, self.identity.interval_seconds)
@@ -177,8 +176,7 @@ class Runner:
             log.exception("run crashed job=%s attempt=%s", run.job_id, run.attempt)
             self._end_after_crash(run, exc)
         finally:
-            # The run no longer wants slots: the other jobs' fair shares may have grown.
-            self.gate.share_changed()
+            self.gate.share_changed()  # this run wants no more slots
             run.done.set()
             with self._lock:
                 self._runs.pop((run.job_id, run.attempt), None)
