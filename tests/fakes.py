@@ -7,7 +7,7 @@ import json
 import threading
 import time
 from collections import Counter
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any, Literal, overload
 
@@ -25,11 +25,13 @@ from speechbatch.adapters.repositories import (
     Tokens,
     UserRecord,
 )
+from speechbatch.adapters.repositories.edits import Edits
 from speechbatch.adapters.repositories.exports import Exports
 from speechbatch.adapters.repositories.job_locks import Locks
-from speechbatch.adapters.repositories.ledger import Usage
+from speechbatch.adapters.repositories.ledger import JobItems, Usage
 from speechbatch.adapters.repositories.resume import Resumes
 from speechbatch.adapters.repositories.slots import SlotReads
+from speechbatch.adapters.repositories.takes import Takes
 
 
 def fake_audio(text: str) -> bytes:
@@ -54,11 +56,13 @@ class FakeProvider:
         self.in_flight = 0
         self.max_in_flight = 0
         self.started: list[tuple[str, float]] = []  # (text, time.monotonic()) per call
+        self.options_seen: list[dict[str, Any]] = []  # the options of every call
         self._lock = threading.Lock()
 
-    def synthesize(self, text: str, voice: str) -> bytes:
+    def synthesize(self, text: str, voice: str, options: Mapping[str, Any] | None = None) -> bytes:
         with self._lock:
             self.calls[text] += 1
+            self.options_seen.append(dict(options or {}))
             self.in_flight += 1
             self.max_in_flight = max(self.max_in_flight, self.in_flight)
             self.started.append((text, time.monotonic()))
@@ -117,6 +121,8 @@ class FakeRepository:
         title: str,
         voice: str,
         texts: Sequence[str],
+        *,
+        options: str = "{}",
     ) -> int:
         job_id = len(self.jobs) + 1
         self.jobs[job_id] = {
@@ -218,9 +224,7 @@ class FakeRepository:
         if page is None:
             document = self.job_json(job_id, with_items=with_items)
         else:
-            document = self.items_json(
-                job_id, status=page.status, offset=page.offset, limit=page.limit
-            )
+            document = self.items_json(job_id, page)
         return JobPoll(None, head, document)
 
     def job_json(self, job_id: int, *, with_items: bool) -> str:
@@ -231,13 +235,19 @@ class FakeRepository:
             document["items"] = [{"text": t} for t in job["texts"]]
         return json.dumps(document)
 
-    def items_json(self, job_id: int, *, status: str | None, offset: int, limit: int) -> str:
+    def items_json(self, job_id: int, page: ItemsPage) -> str:
         self.documents_built += 1
-        texts = self.jobs[job_id]["texts"][offset : offset + limit]
+        texts = self.jobs[job_id]["texts"][page.offset : page.offset + page.limit]
         return json.dumps([{"text": t} for t in texts])
 
     def jobs_stamp(
-        self, organization_id: int, *, status: str | None, offset: int = 0, limit: int = 0
+        self,
+        organization_id: int,
+        *,
+        status: str | None,
+        offset: int = 0,
+        limit: int = 0,
+        q: str | None = None,
     ) -> ListStamp:
         return self._list_stamp(organization_id, offset, limit)
 
@@ -246,7 +256,13 @@ class FakeRepository:
         return ListStamp(len(ids), ",".join(f"{i}:1" for i in ids[offset : offset + limit]))
 
     def jobs_page(
-        self, organization_id: int, *, status: str | None, offset: int, limit: int
+        self,
+        organization_id: int,
+        *,
+        status: str | None,
+        offset: int,
+        limit: int,
+        q: str | None = None,
     ) -> ListPage:
         self.documents_built += 1
         ids = sorted((i for i, j in self.jobs.items() if j["org"] == organization_id), reverse=True)
@@ -295,7 +311,7 @@ class FakeSpending:
         self.budgets[slug] = characters
         return 1
 
-    def job_items(self, job_id: int, organization_id: int) -> tuple[str, list[Any]] | None:
+    def job_items(self, job_id: int, organization_id: int) -> JobItems | None:
         return None
 
     def longest_unsent(self, job_id: int, organization_id: int, *, regenerate: bool) -> int | None:
@@ -320,6 +336,8 @@ class FakeUnitOfWork:
     resume: Resumes
     runs: Runs
     slots: SlotReads
+    takes: Takes
+    edits: Edits
 
     def __init__(self, repo: FakeRepository) -> None:
         self.repo = repo

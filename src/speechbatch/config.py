@@ -21,6 +21,10 @@ OPENAI_VOICES = (
 DEFAULT_INSTANCE_DIR = Path("instance")
 
 
+# Takes kept per item unless SPEECHBATCH_TAKES_KEPT says otherwise.
+DEFAULT_TAKES_KEPT = 5
+
+
 @dataclass(frozen=True)
 class Settings:
     """Everything the app reads from its environment, validated once at start."""
@@ -53,6 +57,8 @@ class Settings:
     trusted_proxies: int = 0
     # When set, GET /metrics needs "Authorization: Bearer" with it.
     metrics_token: str | None = field(default=None, repr=False)
+    # Takes kept per item; an older take's audio goes when nothing else refers to it.
+    takes_kept: int = DEFAULT_TAKES_KEPT
 
     @property
     def item_worst_case_seconds(self) -> float:
@@ -103,6 +109,8 @@ class Settings:
             raise ConfigError("SPEECHBATCH_PROVIDER_CONCURRENCY must be at least 1")
         if self.provider_rpm < 0:
             raise ConfigError("SPEECHBATCH_PROVIDER_RPM must be 0 (no limit) or more")
+        if self.takes_kept < 1:
+            raise ConfigError("SPEECHBATCH_TAKES_KEPT must be at least 1")
         if self.trusted_proxies < 0:
             raise ConfigError("SPEECHBATCH_TRUSTED_PROXIES must be 0 (no proxy) or more")
         if self.export_lock_ttl_seconds <= 0:
@@ -163,7 +171,7 @@ class Settings:
                      "export_lock_ttl_seconds", "tts_price_per_million_characters"):  # fmt: skip
             number(name, float)
         for name in ("item_concurrency", "tts_max_attempts", "provider_concurrency",
-                     "provider_rpm", "trusted_proxies"):  # fmt: skip
+                     "provider_rpm", "trusted_proxies", "takes_kept"):  # fmt: skip
             number(name, int)
         if values.get("env", "development") == "development" and "secret_key" not in values:
             values["secret_key"] = shared_secret_key(instance_dir or DEFAULT_INSTANCE_DIR)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -256,10 +256,12 @@ def test_run_stalled_after_its_fence_check_sends_no_http_request(
     stall = _Stall()
 
     class StallsAfterTheCheck(OpenAIProvider):
-        def synthesize(self, text: str, voice: str) -> bytes:
+        def synthesize(
+            self, text: str, voice: str, options: Mapping[str, Any] | None = None
+        ) -> bytes:
             # After before_attempt's fresh-fence check, before requests prepares.
             stall.here()
-            return super().synthesize(text, voice)
+            return super().synthesize(text, voice, options)
 
     provider = StallsAfterTheCheck(server.url, None, "tts-1", ("alloy", "echo"), 5.0)
     app = create_app(with_settings(settings, worker_dead_seconds=2.0), provider=provider)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import itertools
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
 import pytest
@@ -252,7 +252,7 @@ def test_an_item_with_a_free_slot_takes_and_returns_it_within_its_start_and_fini
 
     inner = provider.synthesize
 
-    def synthesize(text: str, voice: str) -> bytes:
+    def synthesize(text: str, voice: str, options: Mapping[str, Any] | None = None) -> bytes:
         reading.now = True
         try:
             with concrete(svc.uow_factory)(read_only=True) as uow:

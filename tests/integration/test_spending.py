@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import pytest
@@ -13,7 +13,7 @@ from flask.testing import FlaskClient
 from sqlalchemy import select
 
 from speechbatch import create_app
-from speechbatch.adapters.models import Item
+from speechbatch.adapters.models import Item, Take
 from speechbatch.adapters.repositories import UserRecord
 from speechbatch.adapters.repositories.ledger import Reservation, SpendingRepository
 from speechbatch.app import Services
@@ -35,7 +35,7 @@ class GatedProvider(FakeProvider):
         self.held = held
         self.release = threading.Event()
 
-    def synthesize(self, text: str, voice: str) -> bytes:
+    def synthesize(self, text: str, voice: str, options: Mapping[str, Any] | None = None) -> bytes:
         if text in self.held:
             with self._lock:
                 self.calls[text] += 1
@@ -46,7 +46,7 @@ class GatedProvider(FakeProvider):
                 with self._lock:
                     self.in_flight -= 1
             return b"ID3HELD" + text.encode()
-        return super().synthesize(text, voice)
+        return super().synthesize(text, voice, options)
 
 
 def received_characters(provider: FakeProvider) -> int:
@@ -419,12 +419,17 @@ def test_shared_audio_survives_a_regenerate_and_gc(
     assert download(client, second["items"][0]["audio_url"], auth) is not None
 
 
-def test_audio_a_regenerate_replaces_is_deleted_when_nothing_refers_to_it(
+def test_audio_a_regenerate_replaces_is_deleted_when_its_take_falls_off(
     svc: Services, admin: UserRecord
 ) -> None:
+    """The replaced audio stays a kept take until TAKES_KEPT newer takes push it off;
+    then nothing refers to it and it is deleted at once."""
     job = run(svc, admin, job_of(svc, admin, ["Only here"]))
     old_key = audio_key(svc, admin, job["id"], job["items"][0]["id"])
     assert old_key is not None and svc.storage.exists(old_key)
+    for _ in range(svc.settings.takes_kept - 1):
+        run(svc, admin, job["id"], regenerate=True)
+        assert svc.storage.exists(old_key)
     run(svc, admin, job["id"], regenerate=True)
     assert not svc.storage.exists(old_key)
 
@@ -441,13 +446,16 @@ def test_regenerates_of_a_job_with_duplicates_leave_no_unreferenced_file(
         job = run(svc, admin, job_id, regenerate=True)
         assert statuses(job) == ["DONE"] * 3
     referenced = {audio_key(svc, admin, job_id, item["id"]) for item in job["items"]}
+    with concrete(svc.uow_factory)(read_only=True) as uow:
+        kept = set(uow.session.execute(select(Take.audio_path)).scalars())
     stored = {
         path.relative_to(svc.storage.root).as_posix()
         for path in svc.storage.root.rglob("*")
         if path.is_file()
     }
     assert len(referenced) == 2
-    assert stored == referenced
+    assert referenced <= kept
+    assert stored == kept
 
 
 # --- gc ----------------------------------------------------------------------------------

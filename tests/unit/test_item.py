@@ -65,7 +65,13 @@ class FakeRuns:
         return StartedItem(self.w.texts[item_id], self.w.audio.get(item_id), source)
 
     def reuse_audio(
-        self, job_id: int, attempt: int, item_id: int, source_item_id: int, fingerprint: str
+        self,
+        job_id: int,
+        attempt: int,
+        item_id: int,
+        source_item_id: int,
+        fingerprint: str,
+        **kw: Any,
     ) -> FinishedItem:
         if self.w.fenced:
             return FinishedItem(won=False)
@@ -83,7 +89,7 @@ class FakeRuns:
             return FinishedItem(won=True)
         self.w.statuses[item_id] = "DONE"
         replaced, self.w.audio[item_id] = self.w.audio.get(item_id), kw["audio_path"]
-        return FinishedItem(won=True, orphaned_audio_path=replaced)
+        return FinishedItem(won=True, orphaned_audio_paths=(replaced,) if replaced else ())
 
     def return_item(self, job_id: int, attempt: int, item_id: int) -> bool:
         if self.w.fenced:

@@ -45,11 +45,13 @@ from speechbatch.adapters.repositories import (
     UsersRepository,
     WorkersRepository,
 )
+from speechbatch.adapters.repositories.edits import Edits, EditsRepository
 from speechbatch.adapters.repositories.exports import ExportRepository, Exports
 from speechbatch.adapters.repositories.job_locks import LockRepository, Locks, is_unique_violation
 from speechbatch.adapters.repositories.ledger import Spending, SpendingRepository
 from speechbatch.adapters.repositories.resume import ResumeRepository, Resumes
 from speechbatch.adapters.repositories.slots import SlotReads, SlotRepository
+from speechbatch.adapters.repositories.takes import TakeReads, Takes
 from speechbatch.errors import AlreadyExists, DatabaseError, DatabaseUnavailable, SpeechbatchError
 
 # What the driver and the pool raise; everything else leaves a unit of work untouched.
@@ -107,6 +109,8 @@ class ReadUnit(Protocol):
     def resume(self) -> Resumes: ...
     @property
     def slots(self) -> SlotReads: ...
+    @property
+    def takes(self) -> Takes: ...
 
     def __enter__(self) -> Self: ...
     def __exit__(
@@ -128,6 +132,8 @@ class WriteUnit(ReadUnit, Protocol):
     def locks(self) -> Locks: ...
     @property
     def sign_ins(self) -> SignIns: ...
+    @property
+    def edits(self) -> Edits: ...
 
     def commit(self) -> None: ...
 
@@ -187,6 +193,7 @@ class _Unit:
         self.tokens = TokenRepository(self.session)
         self.slots = SlotRepository(self.session)
         self.resume = ResumeRepository(self.session)
+        self.takes = TakeReads(self.session)
 
     def __exit__(
         self,
@@ -253,6 +260,7 @@ class Writer(_Unit):
         self.runs = RunsRepository(self.session)
         self.workers = WorkersRepository(self.session)
         self.sign_ins = SignInRepository(self.session)
+        self.edits = EditsRepository(self.session)
         return self
 
     def commit(self) -> None:

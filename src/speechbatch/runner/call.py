@@ -14,6 +14,8 @@ An attempt that was not sent gives its reservation and slot back.
 from __future__ import annotations
 
 import logging
+from collections.abc import Mapping
+from typing import Any
 
 from speechbatch.adapters import metrics
 from speechbatch.adapters.providers.base import (
@@ -27,7 +29,7 @@ from speechbatch.adapters.providers.retry import synthesize_with_retries
 from speechbatch.adapters.uow import RunUnit
 from speechbatch.errors import BudgetExceeded, Fenced
 from speechbatch.runner.gate import CallNotStarted, Waiting
-from speechbatch.runner.item import Items, NoSlot, Run, Started
+from speechbatch.runner.item import Items, NoSlot, Run, Started, stop_over_budget
 
 log = logging.getLogger(__name__)
 
@@ -73,6 +75,7 @@ class Calls:
                     _SlotProvider(items.provider, self, run, started),
                     started.text,
                     run.voice,
+                    options=run.options,
                     max_attempts=items.settings.tts_max_attempts,
                     timeout_seconds=items.settings.tts_timeout_seconds,
                     before_attempt=before_attempt,
@@ -136,7 +139,7 @@ class Calls:
                 continue
             except BudgetExceeded:
                 # A retry that no longer fits: the item waits, PENDING, for a raised budget.
-                items.over_budget(run, started.item_id, len(started.text))
+                stop_over_budget(items.tx, run, started.item_id, len(started.text))
                 raise NotSent() from None
             if not got:
                 run.fenced.set()
@@ -168,9 +171,9 @@ class _SlotProvider:
         self.content_type = inner.content_type
         self.file_extension = inner.file_extension
 
-    def synthesize(self, text: str, voice: str) -> bytes:
+    def synthesize(self, text: str, voice: str, options: Mapping[str, Any] | None = None) -> bytes:
         try:
-            audio = self._inner.synthesize(text, voice)
+            audio = self._inner.synthesize(text, voice, options)
         except CallNotSent:
             raise  # not sent: the caller gives its reservation back
         except BaseException as exc:

@@ -23,7 +23,7 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TypeVar
+from typing import Any, TypeVar
 
 from speechbatch.adapters import metrics
 from speechbatch.adapters.providers.base import TTSProvider
@@ -32,8 +32,10 @@ from speechbatch.adapters.repositories.ledger import Reservation
 from speechbatch.adapters.repositories.slots import SlotGrant
 from speechbatch.adapters.uow import RunUnit
 from speechbatch.config import Settings
+from speechbatch.domain.editing import spoken_text
 from speechbatch.errors import BudgetExceeded, DatabaseUnavailable, Fenced
 from speechbatch.runner.gate import ProviderGate, Waiting
+from speechbatch.runner.measure import Measured, measure_audio
 from speechbatch.runner.transactions import Transactions
 from speechbatch.services.ports import Storage
 
@@ -63,6 +65,8 @@ class Run:
     attempt: int
     voice: str = ""
     organization_id: int = 0
+    # The job's options (speed, instructions), sent with every call of the run.
+    options: dict[str, Any] = field(default_factory=dict)
     regenerate: bool = False
     # Set (with the message) when the budget could not pay for the next call.
     over_budget: str | None = None
@@ -89,14 +93,14 @@ class Started:
     with ``reused_from``, an item made DONE by sharing that item's audio."""
 
     item_id: int
-    text: str
+    text: str  # the spoken text: what is sent and billed
     fingerprint: str
     slot: SlotGrant | None = None
     reservation: Reservation | None = None
     # The audio the item had when it started (a regenerate replaces it).
     previous_audio_path: str | None = None
     reused_from: int | None = None
-    orphaned_audio_path: str | None = None
+    orphaned_audio_paths: tuple[str, ...] = ()
 
 
 class Items:
@@ -139,7 +143,7 @@ class Items:
                     self.gate.wait(mark, run.job_id, job_mark if refused.at_share else None)
                     continue
                 except BudgetExceeded:
-                    self.over_budget(run, item_id, len(text))
+                    stop_over_budget(self.tx, run, item_id, len(spoken_text(text)))
                     return None
                 if started is None:
                     self.fence(run)  # raises Fenced, or the item was not startable
@@ -154,21 +158,23 @@ class Items:
         started = uow.runs.start_item(run.job_id, run.attempt, item_id, reuse_fingerprint=lookup)
         if started is None:
             return None
+        spoken = spoken_text(started.text)
         source = started.reusable_item_id
         if source is not None:
-            reused = uow.runs.reuse_audio(run.job_id, run.attempt, item_id, source, fingerprint)
+            reused = uow.runs.reuse_audio(
+                run.job_id, run.attempt, item_id, source, fingerprint,
+                spoken_text=spoken, keep=self.settings.takes_kept,
+            )  # fmt: skip
             if reused:
                 return Started(
                     item_id,
-                    started.text,
+                    spoken,
                     fingerprint,
                     reused_from=source,
-                    orphaned_audio_path=reused.orphaned_audio_path,
+                    orphaned_audio_paths=reused.orphaned_audio_paths,
                 )
-        reservation, slot = self.reserve_and_take(uow, run, len(started.text))
-        return Started(
-            item_id, started.text, fingerprint, slot, reservation, started.previous_audio_path
-        )
+        reservation, slot = self.reserve_and_take(uow, run, len(spoken))
+        return Started(item_id, spoken, fingerprint, slot, reservation, started.previous_audio_path)
 
     def reserve_and_take(
         self, uow: RunUnit, run: Run, characters: int
@@ -204,8 +210,9 @@ class Items:
     def finish(self, run: Run, started: Started, audio: bytes | None, error: str | None) -> bool:
         """Store the audio and make the item DONE, or make it ERROR; release its slot in
         the same fenced transaction; whether it ended DONE. Raises Fenced when lost."""
-        key = None
+        key, measured = None, Measured()
         if audio is not None:
+            measured = measure_audio(audio, started.text, run.options)
             key = audio_key(run.job_id, started.item_id, run.attempt, self.provider.file_extension)
             try:
                 self.storage.write(key, audio)
@@ -224,6 +231,10 @@ class Items:
                     audio_sha256=hashlib.sha256(audio).hexdigest(),
                     fingerprint=started.fingerprint,
                     replaced_audio_path=started.previous_audio_path,
+                    duration_seconds=measured.duration_seconds,
+                    suspect=measured.suspect,
+                    spoken_text=started.text,
+                    keep=self.settings.takes_kept,
                 )
             else:
                 finished = uow.runs.finish_item(
@@ -241,24 +252,35 @@ class Items:
             if key is not None:
                 self.storage.delete(key)
             raise Fenced()
-        self.delete_orphan(finished.orphaned_audio_path)
+        self.delete_orphans(finished.orphaned_audio_paths)
         return key is not None
 
-    def reuse_duplicate(self, run: Run, item_id: int, source: int, fingerprint: str) -> None:
+    def reuse_duplicate(
+        self, run: Run, item_id: int, source: int, fingerprint: str, spoken: str
+    ) -> None:
         """A duplicate of an item this run has just finished shares its audio (no call)."""
         finished = self.fenced_tx(
             run,
-            lambda uow: uow.runs.reuse_audio(run.job_id, run.attempt, item_id, source, fingerprint),
+            lambda uow: uow.runs.reuse_audio(
+                run.job_id,
+                run.attempt,
+                item_id,
+                source,
+                fingerprint,
+                spoken_text=spoken,
+                keep=self.settings.takes_kept,
+            ),
         )
         if not finished:
             self.fence(run)
             return
-        self.delete_orphan(finished.orphaned_audio_path)
+        self.delete_orphans(finished.orphaned_audio_paths)
         self.reused(run, item_id, source)
 
-    def delete_orphan(self, key: str | None) -> None:
-        """Delete audio that an item's finish replaced and nothing refers to any more."""
-        if key is not None:
+    def delete_orphans(self, keys: tuple[str, ...]) -> None:
+        """Delete audio that an item's finish replaced (or a take that fell off) and
+        nothing refers to any more."""
+        for key in keys:
             self.storage.delete(key)
 
     def reused(self, run: Run, item_id: int, source_item_id: int) -> None:
@@ -326,22 +348,23 @@ class Items:
         if slot is not None:
             self.gate.released(run.job_id)
 
-    def over_budget(self, run: Run, item_id: int, characters: int) -> None:
-        """Stop starting items: the organization's budget cannot pay for this call."""
-        try:
-            usage = self.tx(lambda uow: uow.spending.usage(run.organization_id))
-            spent = (
-                f"{usage.billed_characters:,} of {usage.budget_characters or 0:,} characters "
-                f"billed in {usage.month}, {usage.remaining_characters or 0:,} left"
-            )
-        except DatabaseUnavailable:
-            spent = "the usage could not be read"
-        run.over_budget = (
-            f"over budget: {spent}; the next item needs {characters:,}. "
-            "Unsent items stay pending: raise the budget and Retry."
+
+def stop_over_budget(tx: Transactions, run: Run, item_id: int, characters: int) -> None:
+    """Stop starting items: the organization's budget cannot pay for this call."""
+    try:
+        usage = tx(lambda uow: uow.spending.usage(run.organization_id))
+        spent = (
+            f"{usage.billed_characters:,} of {usage.budget_characters or 0:,} characters "
+            f"billed in {usage.month}, {usage.remaining_characters or 0:,} left"
         )
-        metrics.BUDGET_REFUSALS.labels(where="run").inc()
-        log.warning(
-            "budget refused a call job=%s attempt=%s item=%s characters=%s: %s",
-            run.job_id, run.attempt, item_id, characters, run.over_budget,
-        )  # fmt: skip
+    except DatabaseUnavailable:
+        spent = "the usage could not be read"
+    run.over_budget = (
+        f"over budget: {spent}; the next item needs {characters:,}. "
+        "Unsent items stay pending: raise the budget and Retry."
+    )
+    metrics.BUDGET_REFUSALS.labels(where="run").inc()
+    log.warning(
+        "budget refused a call job=%s attempt=%s item=%s characters=%s: %s",
+        run.job_id, run.attempt, item_id, characters, run.over_budget,
+    )  # fmt: skip

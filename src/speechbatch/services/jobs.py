@@ -9,6 +9,7 @@ from typing import Any
 
 from speechbatch.adapters.repositories import UserRecord
 from speechbatch.adapters.uow import UowFactory
+from speechbatch.domain.editing import OptionsError, clean_options, options_json
 from speechbatch.errors import (
     ValidationError,
 )
@@ -51,23 +52,29 @@ def validate_job(title: Any, voice: Any, texts: Any, limits: Limits) -> tuple[st
         raise ValidationError("items must be a non-empty list of texts", field="items")
     if len(texts) > MAX_ITEMS:
         raise ValidationError(f"a job has at most {MAX_ITEMS} items", field="items")
-    cleaned = []
-    for n, text in enumerate(texts, start=1):
-        if not isinstance(text, str):
-            raise ValidationError(f"item {n} is not a text", field="items")
-        text = text.strip()
-        if not text:
-            raise ValidationError(f"item {n} is empty", field="items")
-        if len(text) > limits.max_chars:
-            raise ValidationError(
-                f"item {n} is longer than {limits.max_chars} characters", field="items"
-            )
-        if not _storable(text):
-            raise ValidationError(f"item {n} contains a NUL or an invalid character", field="items")
-        cleaned.append(text)
+    cleaned = [_clean_text(text, f"item {n}", "items", limits) for n, text in enumerate(texts, 1)]
     if not _storable(title):
         raise ValidationError("title contains a NUL or an invalid character", field="title")
     return title, voice.strip(), cleaned
+
+
+def _clean_text(text: Any, name: str, field: str, limits: Limits) -> str:
+    """One item's text trimmed and checked; ValidationError naming it otherwise."""
+    if not isinstance(text, str):
+        raise ValidationError(f"{name} is not a text", field=field)
+    text = text.strip()
+    if not text:
+        raise ValidationError(f"{name} is empty", field=field)
+    if len(text) > limits.max_chars:
+        raise ValidationError(f"{name} is longer than {limits.max_chars} characters", field=field)
+    if not _storable(text):
+        raise ValidationError(f"{name} contains a NUL or an invalid character", field=field)
+    return text
+
+
+def validate_text(text: Any, limits: Limits) -> str:
+    """An edited item's text, checked as at creation."""
+    return _clean_text(text, "text", "text", limits)
 
 
 def create_job(
@@ -77,11 +84,18 @@ def create_job(
     voice: Any,
     texts: Any,
     limits: Limits,
+    options: Any = None,
 ) -> int:
-    """Validate and store a new PENDING job; return its id."""
+    """Validate and store a new PENDING job (with its ``options``); return its id."""
     title, voice, cleaned = validate_job(title, voice, texts, limits)
+    try:
+        stored = options_json(clean_options(options))
+    except OptionsError as exc:
+        raise ValidationError(str(exc), field="options") from None
     with uow_factory() as uow:
-        job_id = uow.jobs.create_job(user.organization_id, user.id, title, voice, cleaned)
+        job_id = uow.jobs.create_job(
+            user.organization_id, user.id, title, voice, cleaned, options=stored
+        )
         uow.commit()
     return job_id
 

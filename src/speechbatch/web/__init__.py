@@ -11,6 +11,7 @@ def register_web(app: Flask, csrf: CSRFProtect, *, production: bool) -> None:
     from speechbatch.web import (
         api,
         context,
+        editing_api,
         errors,
         exports_api,
         metrics_api,
@@ -28,6 +29,8 @@ def register_web(app: Flask, csrf: CSRFProtect, *, production: bool) -> None:
     csrf.exempt(exports_api.create_export)  # require_user checks X-CSRFToken on session writes
     app.register_blueprint(usage.bp)
     csrf.exempt(usage.cancel)  # require_user checks X-CSRFToken on session writes
+    app.register_blueprint(editing_api.bp)
+    csrf.exempt(editing_api.bp)  # require_user checks X-CSRFToken on session writes
     app.register_blueprint(tokens_api.bp)
     csrf.exempt(tokens_api.bp)  # require_user checks X-CSRFToken on session writes
     app.register_blueprint(openapi.bp)

@@ -40,6 +40,8 @@ class Jobs(Protocol):
         title: str,
         voice: str,
         texts: Sequence[str],
+        *,
+        options: str = "{}",
     ) -> int: ...
 
     def claim_job(
@@ -88,8 +90,10 @@ class JobsRepository:
         title: str,
         voice: str,
         texts: Sequence[str],
+        *,
+        options: str = "{}",
     ) -> int:
-        """Insert a job and its items; return the job's id."""
+        """Insert a job (``options`` as stored JSON) and its items; return the job's id."""
         job_id: int = self.session.execute(
             insert(jobs)
             .values(
@@ -101,6 +105,7 @@ class JobsRepository:
                 attempt=0,
                 items_pending=len(texts),
                 version=1,
+                options=options,
             )
             .returning(jobs.c.id)
         ).scalar_one()
@@ -193,7 +198,7 @@ def _claimable(regenerate: bool) -> tuple[list[ColumnElement[bool]], dict[str, A
     return [*where, jobs.c.status.in_(claimable)], counters
 
 
-def _claim_update(regenerate: bool, *returning: Any) -> Any:
+def claim_update(regenerate: bool, *returning: Any) -> Any:
     """The compare-and-set: a claimable job goes GENERATING at the next attempt."""
     where, counters = _claimable(regenerate)
     now = db_now()
@@ -228,7 +233,7 @@ def _claim_statements(regenerate: bool) -> dict[str, Any]:
         "worker_id": bindparam("p_worker", type_=Id),
         "outcome": literal(RunOutcome.RUNNING),
     }
-    claimed = _claim_update(regenerate, jobs.c.id, jobs.c.attempt).cte("claimed")
+    claimed = claim_update(regenerate, jobs.c.id, jobs.c.attempt).cte("claimed")
     opened = (
         insert(runs)
         .from_select(
@@ -246,7 +251,7 @@ def _claim_statements(regenerate: bool) -> dict[str, Any]:
     return {
         # Losers wait on the job row, re-check it, and write nothing.
         "pg": select(claimed.c.attempt).add_cte(*ctes),
-        "claim": _claim_update(regenerate, jobs.c.attempt),
+        "claim": claim_update(regenerate, jobs.c.attempt),
         "reset": reset.where(items.c.job_id == job_id),
         "run": insert(runs).values(
             job_id=job_id,
