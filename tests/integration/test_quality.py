@@ -105,7 +105,10 @@ def test_audio_that_cannot_be_decoded_is_recorded_without_a_measurement() -> Non
         {"instructions": "x" * 2001},
         {"instructions": 5},
         {"pitch": 2},
+        {"speed": None},
+        {"instructions": None},
         [],
+        None,
     ],
 )
 def test_bad_options_are_refused(raw: object) -> None:
@@ -114,7 +117,7 @@ def test_bad_options_are_refused(raw: object) -> None:
 
 
 def test_options_are_normalized() -> None:
-    assert clean_options(None) == {}
+    assert clean_options({}) == {}
     assert clean_options({"speed": 1, "instructions": "  "}) == {}
     assert clean_options({"speed": 0.25, "instructions": " Calm. "}) == {
         "speed": 0.25,

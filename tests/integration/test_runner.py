@@ -42,7 +42,15 @@ def test_run_completes_every_item_with_audio(
     job_id = new_job(svc, admin, 6)
     job = _run(svc, admin, job_id)
     assert job["status"] == "COMPLETED"
-    assert job["progress"] == {"total": 6, "pending": 0, "generating": 0, "done": 6, "error": 0}
+    assert job["progress"] == {
+        "total": 6,
+        "pending": 0,
+        "generating": 0,
+        "done": 6,
+        "error": 0,
+        "stale": 0,
+        "suspect": 0,
+    }
     assert job["runs"][-1]["outcome"] == "COMPLETED"
     assert job["finished_at"] is not None
     for item in job["items"]:

@@ -25,10 +25,8 @@ def spoken_text(text: str) -> str:
 
 
 def clean_options(raw: Any) -> dict[str, Any]:
-    """Job options checked and normalized: ``speed`` 0.25-4.0, ``instructions`` up to
-    2,000 characters (blank means none); None or {} is no options."""
-    if raw is None:
-        return {}
+    """Job options (an object) checked and normalized: ``speed`` 0.25-4.0,
+    ``instructions`` up to 2,000 characters (blank means none); {} is no options."""
     if not isinstance(raw, Mapping):
         raise OptionsError("options must be an object")
     unknown = sorted(set(raw) - {"speed", "instructions"})
@@ -36,7 +34,7 @@ def clean_options(raw: Any) -> dict[str, Any]:
         raise OptionsError(f"unknown option {unknown[0]!r}: speed and instructions are allowed")
     options: dict[str, Any] = {}
     speed = raw.get("speed")
-    if speed is not None:
+    if "speed" in raw:
         if (
             isinstance(speed, bool)
             or not isinstance(speed, int | float)
@@ -48,7 +46,7 @@ def clean_options(raw: Any) -> dict[str, Any]:
         if float(speed) != 1.0:
             options["speed"] = float(speed)
     instructions = raw.get("instructions")
-    if instructions is not None:
+    if "instructions" in raw:
         if not isinstance(instructions, str):
             raise OptionsError("options.instructions must be a text")
         instructions = instructions.strip()

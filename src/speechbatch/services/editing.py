@@ -11,7 +11,7 @@ from typing import Any
 from speechbatch.adapters.providers.base import TTSProvider
 from speechbatch.adapters.repositories import UserRecord
 from speechbatch.adapters.repositories.edits import LockedJob
-from speechbatch.adapters.repositories.tables import take_audio_url
+from speechbatch.adapters.repositories.tables import audio_url, take_audio_url
 from speechbatch.adapters.uow import UowFactory, WriteUnit
 from speechbatch.domain.editing import (
     OptionsError,
@@ -28,6 +28,17 @@ from speechbatch.services.jobs import MAX_ITEMS, Limits, validate_text
 from speechbatch.services.ports import Storage
 
 log = logging.getLogger(__name__)
+
+
+# Take numbers are 32-bit integers in the database: a larger one names no take.
+MAX_TAKE = 2**31 - 1
+
+
+def _kept_number(take: int) -> int:
+    """``take`` when it can name a take at all; NotFound otherwise."""
+    if not 0 < take <= MAX_TAKE:
+        raise NotFound("no such take of this item")
+    return take
 
 
 def _locked(uow: WriteUnit, user: UserRecord, job_id: int) -> LockedJob:
@@ -83,10 +94,24 @@ def item_takes(
     }
 
 
+def item_page(
+    uow_factory: UowFactory, user: UserRecord, job_id: int, item_id: int, keep: int
+) -> dict[str, Any]:
+    """One item (its text, status, flags, audio) and its kept takes, for the item page."""
+    with uow_factory(read_only=True) as uow:
+        item = uow.takes.item_row(job_id, item_id, user.organization_id)
+    if item is None:
+        raise NotFound("item not found")
+    item["stale"] = bool(item["stale"])
+    item["audio_url"] = audio_url(job_id, item_id) if item.pop("has_audio") else None
+    return {"item": item, **item_takes(uow_factory, user, job_id, item_id, keep)}
+
+
 def take_audio_key(
     uow_factory: UowFactory, user: UserRecord, job_id: int, item_id: int, take: int, keep: int
 ) -> str:
     """The storage key of one kept take's audio (NotFound when it is not kept)."""
+    _kept_number(take)
     with uow_factory(read_only=True) as uow:
         if not uow.takes.has_item(job_id, item_id, user.organization_id):
             raise NotFound("item not found")
@@ -109,6 +134,7 @@ def restore_take(
     """Make a kept take the item's audio again, without a provider call: the item's text
     becomes the take's and it is DONE (stale when the take answered another request
     than the job would send now)."""
+    _kept_number(take)
     with uow_factory() as uow:
         job = _locked(uow, user, job_id)
         kept = uow.edits.kept_take(job_id, item_id, take, keep)
@@ -142,6 +168,9 @@ def update_job(
     marks every item with audio stale."""
     if "voice" not in body and "options" not in body:
         raise ValidationError("give voice or options to change", field="voice")
+    unknown = sorted(set(body) - {"voice", "options"})
+    if unknown:
+        raise ValidationError(f"unknown field {unknown[0]!r}: voice and options", field="voice")
     voice = body.get("voice")
     if "voice" in body and (not isinstance(voice, str) or voice.strip() not in limits.voices):
         raise ValidationError(f"voice must be one of: {', '.join(limits.voices)}", field="voice")
@@ -175,7 +204,7 @@ _MAX_ID = 2**63 - 1
 def selection_of(items: Any, stale: Any) -> Selection | None:
     """A regenerate's selection from a request: ``items`` (a list of item ids) or
     ``stale`` (true); None (neither) is every item."""
-    if stale not in (None, False, True):
+    if not isinstance(stale, bool) and stale is not None:
         raise ValidationError("stale must be true or false", field="stale")
     if items is None:
         return Selection(None) if stale else None
@@ -190,7 +219,7 @@ def selection_of(items: Any, stale: Any) -> Selection | None:
 
 def selection_from_query(items: str | None, stale: bool) -> Selection | None:
     """An estimate's selection from ``?items=3,5,8`` or ``?stale=1``."""
-    if items is None or not items.strip():
+    if items is None:
         return Selection(None) if stale else None
     try:
         ids = [int(part) for part in items.split(",") if part.strip()]

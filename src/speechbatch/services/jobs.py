@@ -86,10 +86,11 @@ def create_job(
     limits: Limits,
     options: Any = None,
 ) -> int:
-    """Validate and store a new PENDING job (with its ``options``); return its id."""
+    """Validate and store a new PENDING job (with its ``options``, None: none); return
+    its id."""
     title, voice, cleaned = validate_job(title, voice, texts, limits)
     try:
-        stored = options_json(clean_options(options))
+        stored = options_json(clean_options({} if options is None else options))
     except OptionsError as exc:
         raise ValidationError(str(exc), field="options") from None
     with uow_factory() as uow:

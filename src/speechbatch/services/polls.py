@@ -23,6 +23,7 @@ from speechbatch.adapters.read import (
     seen_version,
 )
 from speechbatch.adapters.read.documents import Document
+from speechbatch.adapters.read.statements import FLAG_SETS
 from speechbatch.adapters.repositories import UserRecord
 from speechbatch.adapters.uow import ReadScope, UowFactory
 from speechbatch.config import Settings
@@ -250,12 +251,12 @@ def read_job_items(
     flag: str | None = None,
 ) -> Conditional:
     """A page of a job's items in position order with their ``total`` (of that status,
-    or with that ``flag``: ``stale`` or ``suspect``), after recovery, as a conditional
-    read: ``{"items": [...], "total": int}``."""
+    or with that ``flag``: ``stale``, ``suspect`` or ``stale+suspect``), after recovery,
+    as a conditional read: ``{"items": [...], "total": int}``."""
+    if flag is not None and flag not in FLAG_SETS:
+        raise ValidationError("flag must be stale, suspect or both", field="flag")
     if status is not None and status not in ITEM_STATUSES:
         raise ValidationError("status must be PENDING, GENERATING, DONE or ERROR", field="status")
-    if flag is not None and status is not None:
-        raise ValidationError("filter by status or by a flag, not both", field="status")
     offset = _bounded("offset", offset, 0, 0, None)
     limit = _bounded("limit", limit, DEFAULT_ITEMS_PAGE, 1, MAX_ITEMS_PAGE)
     variant = f"-i{status or ''}{flag or ''}-{offset}-{limit}"
@@ -293,7 +294,9 @@ def read_jobs(
     """A page of the organization's job summaries, newest first, after recovery:
     ``{"jobs": [...], "total", "page", "per_page"}``, as a conditional read; ``q``
     keeps the jobs whose title contains it (case-blind)."""
-    q = (q or "").strip()[:MAX_QUERY] or None
+    if q is not None and len(q) > MAX_QUERY:
+        raise ValidationError(f"q is longer than {MAX_QUERY} characters", field="q")
+    q = (q or "").strip() or None
     if status is not None and status not in JOB_STATUSES:
         raise ValidationError(
             "status must be PENDING, GENERATING, COMPLETED or FAILED", field="status"

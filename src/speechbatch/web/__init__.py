@@ -12,6 +12,7 @@ def register_web(app: Flask, csrf: CSRFProtect, *, production: bool) -> None:
         api,
         context,
         editing_api,
+        editing_pages,
         errors,
         exports_api,
         metrics_api,
@@ -30,6 +31,7 @@ def register_web(app: Flask, csrf: CSRFProtect, *, production: bool) -> None:
     app.register_blueprint(usage.bp)
     csrf.exempt(usage.cancel)  # require_user checks X-CSRFToken on session writes
     app.register_blueprint(editing_api.bp)
+    app.register_blueprint(editing_pages.bp)
     csrf.exempt(editing_api.bp)  # require_user checks X-CSRFToken on session writes
     app.register_blueprint(tokens_api.bp)
     csrf.exempt(tokens_api.bp)  # require_user checks X-CSRFToken on session writes

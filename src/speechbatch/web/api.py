@@ -147,9 +147,11 @@ def create_job() -> tuple[Response, int]:
     """Create a PENDING job."""
     s = services()
     body = json_body()
+    if "options" in body and not isinstance(body["options"], dict):
+        raise ValidationError("options must be an object", field="options")
     job_id = svc.create_job(
         s.uow_factory, current(), body.get("title"), body.get("voice"), body.get("items"),
-        s.limits, body.get("options"),
+        s.limits, body.get("options", {}),
     )  # fmt: skip
     return jsonify(svc.get_job(s.uow_factory, s.settings, current(), job_id)), 201
 
@@ -176,23 +178,21 @@ def job_items(job_id: int, who: UserRecord | svc.Bearer) -> Response:
     ``suspect=1``) with the total."""
     s = services()
     flags = [flag for flag in ("stale", "suspect") if flag_arg(flag)]
-    if len(flags) > 1:
-        raise ValidationError("filter by stale or by suspect, not both", field="stale")
     answer = svc.read_job_items(
         reads(), s.uow_factory, s.settings, who, job_id,
         status=request.args.get("status") or None,
         offset=_int_arg("offset"), limit=_int_arg("limit"),
-        if_none_match=_seen, seen_etags=_seen_etags(), flag=flags[0] if flags else None,
+        if_none_match=_seen, seen_etags=_seen_etags(), flag="+".join(flags) or None,
     )  # fmt: skip
     return _conditional(answer)
 
 
 def flag_arg(name: str) -> bool:
-    """A yes/no query parameter (``1``, ``true``, ``yes``); 422 for anything else."""
-    raw = request.args.get(name, "").strip().lower()
-    if raw in ("", "0", "false", "no"):
+    """A yes/no query parameter: ``1`` or ``0`` (absent: no); 422 for anything else."""
+    raw = request.args.get(name)
+    if raw is None or raw == "0":
         return False
-    if raw in ("1", "true", "yes"):
+    if raw == "1":
         return True
     raise ValidationError(f"{name} must be 1 or 0", field=name)
 
@@ -213,7 +213,13 @@ def _selection() -> svc.Selection | None:
     if not request.get_data(cache=True).strip():
         return None
     body = json_body()
-    return svc.selection_of(body.get("items"), body.get("stale"))
+    if "items" in body and "stale" in body:
+        raise ValidationError("give items or stale, not both", field="items")
+    if "items" in body and body["items"] is None:
+        raise ValidationError("items must be a list of item ids", field="items")
+    if "stale" in body and not isinstance(body["stale"], bool):
+        raise ValidationError("stale must be true or false", field="stale")
+    return svc.selection_of(body.get("items"), body.get("stale", False))
 
 
 @bp.post("/api/jobs/<int:job_id>/generate")

@@ -45,7 +45,9 @@ from speechbatch.adapters.repositories.tokens import last_use_due, token_accepte
 ITEM_STATUSES = tuple(ItemStatus)
 # An items page shows every item, those of one status, or those with a flag.
 ITEM_FLAGS = ("stale", "suspect")
-PAGE_FILTERS = ("all", "status", *ITEM_FLAGS)
+# Flags combine with "+" (both), and a flagged page may also be of one status.
+FLAG_SETS = (*ITEM_FLAGS, "+".join(ITEM_FLAGS))
+PAGE_FILTERS = ("all", "status", *FLAG_SETS, *(f"{flags}:status" for flags in FLAG_SETS))
 # The SQL condition of each flag on an item ``i`` (each has a partial index).
 _FLAG_SQL = {"stale": "i.stale", "suspect": "i.suspect IS NOT NULL"}
 
@@ -320,14 +322,15 @@ def _job_sql(pg: bool, with_items: bool) -> str:
 def _items_sql(pg: bool, page_filter: str) -> str:
     """A page of items as a JSON array; for a flag, ``{"items": [...], "total": n}``
     (the job's head counts statuses, not flags)."""
+    flags, _, by_status = page_filter.partition(":")
+    flagged = [_FLAG_SQL[flag] for flag in flags.split("+") if flag in _FLAG_SQL]
     where = "i.job_id = :job_id"
-    if page_filter == "status":
+    if page_filter == "status" or by_status:
         where += " AND i.status = :status"
-    elif page_filter in _FLAG_SQL:
-        where += f" AND {_FLAG_SQL[page_filter]}"
+    where += "".join(f" AND {condition}" for condition in flagged)
     rows = f"FROM items i WHERE {where} ORDER BY i.position LIMIT :limit OFFSET :offset"
     array = _array(pg, _item_document(pg), rows, "i.position")
-    if page_filter not in _FLAG_SQL:
+    if not flagged:
         return f"SELECT {_text(pg, array)}"
     total = f"(SELECT count(*) FROM items i WHERE {where})"
     return f"SELECT {_text(pg, _obj(pg, [('items', _embed(pg, array)), ('total', total)]))}"

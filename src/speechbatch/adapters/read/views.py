@@ -105,8 +105,10 @@ class ItemsPage:
 
     @property
     def filter(self) -> str:
-        """The page's statement: its flag, "status" or "all"."""
-        return self.flag or ("status" if self.status is not None else "all")
+        """The page's statement: "all", "status", its flag, or "FLAG:status"."""
+        if self.flag is not None:
+            return self.flag + (":status" if self.status is not None else "")
+        return "status" if self.status is not None else "all"
 
 
 @dataclass(frozen=True)

@@ -123,6 +123,9 @@ class Takes(Protocol):
     """What the read services need of takes."""
 
     def has_item(self, job_id: int, item_id: int, organization_id: int) -> bool: ...
+    def item_row(
+        self, job_id: int, item_id: int, organization_id: int
+    ) -> dict[str, Any] | None: ...
     def item_takes(self, item_id: int, keep: int) -> list[TakeRow]: ...
     def take_audio(self, item_id: int, take: int, keep: int) -> str | None: ...
 
@@ -147,6 +150,29 @@ class TakeReads:
             ).first()
             is not None
         )
+
+    def item_row(self, job_id: int, item_id: int, organization_id: int) -> dict[str, Any] | None:
+        """One item of the organization's job as the item page shows it, or None."""
+        row = self.session.execute(
+            select(
+                items.c.id,
+                items.c.position,
+                items.c.text,
+                items.c.status,
+                items.c.stale,
+                items.c.suspect,
+                items.c.duration_seconds,
+                items.c.error_message,
+                items.c.audio_path.is_not(None).label("has_audio"),
+            )
+            .join(jobs, jobs.c.id == items.c.job_id)
+            .where(
+                items.c.id == item_id,
+                items.c.job_id == job_id,
+                jobs.c.organization_id == organization_id,
+            )
+        ).first()
+        return None if row is None else dict(row._mapping)
 
     def item_takes(self, item_id: int, keep: int) -> list[TakeRow]:
         """The item's kept takes, newest first (at most ``keep``)."""
