@@ -144,7 +144,8 @@ export function jobPage(root) {
       var tr = el("tr");
       tr.append(
         labelled("Run", "", run.attempt),
-        labelled("Kind", "", run.kind || ""),
+        labelled("Kind", "", (run.kind || "") +
+          (run.selected === null || run.selected === undefined ? "" : " · " + run.selected + " selected")),
         labelled("Started by", "",
           run.kind === "resume" ? "resumed automatically after a restart" : run.started_by || ""),
         labelled("Worker", "mono", run.worker || ""),
