@@ -100,8 +100,10 @@ def test_regenerate_sends_every_item_again_and_replaces_audio(
     job = _run(svc, admin, job_id, regenerate=True)
     assert job["status"] == "COMPLETED"
     assert all(n == 2 for n in provider.calls.values())
-    names = [p.name for p in _audio_files(svc)]
-    assert len(names) == 3 and all("-a2." in n for n in names)  # old audio replaced
+    names = sorted(p.name for p in _audio_files(svc))
+    # The new audio is current; the old audio stays, as each item's first take.
+    assert len(names) == 6
+    assert sum("-a2." in n for n in names) == 3 and sum("-a1." in n for n in names) == 3
 
 
 def test_fenced_run_cannot_write_after_recovery_and_reclaim(
