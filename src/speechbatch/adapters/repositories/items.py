@@ -32,7 +32,7 @@ from sqlalchemy.orm import Session
 from speechbatch.adapters.db import db_now
 from speechbatch.adapters.models import ItemStatus, JobStatus
 from speechbatch.adapters.repositories.tables import COUNTERS, items, jobs
-from speechbatch.adapters.repositories.takes import TakeMoves
+from speechbatch.adapters.repositories.takes import TakeMoves, take_number
 from speechbatch.config import DEFAULT_TAKES_KEPT
 
 # Items a run may start: a retry resumes ERROR items without resetting them at the claim.
@@ -200,14 +200,15 @@ class ItemMoves(TakeMoves):
                 audio_sha256=of_source(_SRC.c.audio_sha256),
                 duration_seconds=of_source(_SRC.c.duration_seconds),
                 suspect=of_source(_SRC.c.suspect),
+                current_take=take_number(item_id, of_source(_SRC.c.audio_path)),
                 stale=false(),
                 updated_at=db_now(),
             )
-            .returning(items.c.audio_path)
+            .returning(items.c.audio_path, items.c.current_take)
         ).first()
         if row is None:
             return FinishedItem(won=False)
-        return self._new_take(item_id, spoken_text, keep, replaced, row.audio_path)
+        return self._new_take(item_id, spoken_text, keep, replaced, row)
 
     def finish_item(
         self,
@@ -244,9 +245,10 @@ class ItemMoves(TakeMoves):
         done = {"audio_path": audio_path, "audio_bytes": audio_bytes, "fingerprint": fingerprint,
                 "audio_sha256": audio_sha256, "duration_seconds": duration_seconds,
                 "suspect": suspect}  # fmt: skip
-        if self.session.execute(_done_update(job_id, item_id, done)).first() is None:
+        row = self.session.execute(_done_update(job_id, item_id, done)).first()
+        if row is None:
             return FinishedItem(won=False)
-        return self._new_take(item_id, spoken_text, keep, replaced_audio_path, audio_path)
+        return self._new_take(item_id, spoken_text, keep, replaced_audio_path, row)
 
     def _finish_error(
         self, job_id: int, attempt: int, item_id: int, error_message: str
@@ -289,12 +291,13 @@ class ItemMoves(TakeMoves):
         spoken_text: str | None,
         keep: int,
         replaced: str | None,
-        now: str | None,
+        done: Any,
     ) -> FinishedItem:
-        """The item's new audio ``now`` as its next take; the won finish's answer, with
-        the audio nothing refers to any more (``replaced``, takes that fell off)."""
-        dropped = self.record_take(item_id, spoken_text, keep)
-        orphaned = self.unreferenced([replaced, *dropped], keep=now)
+        """The item's new audio (``done``: its DONE move's row, with ``audio_path`` and
+        ``current_take``) as its take; the won finish's answer, with the audio nothing
+        refers to any more (``replaced``, takes that fell off)."""
+        dropped = self.record_take(item_id, spoken_text, keep, done.current_take)
+        orphaned = self.unreferenced([replaced, *dropped], keep=done.audio_path)
         return FinishedItem(won=True, orphaned_audio_paths=tuple(orphaned))
 
 
@@ -320,10 +323,11 @@ def _done_update(job_id: int, item_id: int, done: dict[str, Any]) -> Update:
             error_message=null(),
             reused=false(),
             stale=false(),
+            current_take=take_number(item_id, done["audio_path"]),
             updated_at=db_now(),
             **done,
         )
-        .returning(items.c.id)
+        .returning(items.c.audio_path, items.c.current_take)
     )
 
 

@@ -13,7 +13,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol, cast
 
-from sqlalchemy import Table, and_, exists, func, insert, literal, select, update
+from sqlalchemy import ColumnElement, Table, and_, exists, func, insert, literal, select
 from sqlalchemy.orm import Session
 
 from speechbatch.adapters.models import Take
@@ -49,21 +49,32 @@ class TakeRow:
     current: bool
 
 
+def take_number(item_id: int, audio_path: Any) -> ColumnElement[int]:
+    """The number of the item's take of ``audio_path``: its existing take (a retried
+    finish), else the item's next number. A DONE move sets ``current_take`` to it."""
+    existing = (
+        select(_OTHER.c.take)
+        .where(_OTHER.c.item_id == item_id, _OTHER.c.audio_path == audio_path)
+        .scalar_subquery()
+    )
+    newest = select(func.max(_OTHER.c.take)).where(_OTHER.c.item_id == item_id).scalar_subquery()
+    return func.coalesce(existing, func.coalesce(newest, 0) + 1)
+
+
 class TakeMoves:
     """Takes over one session; every method runs under the job row's lock that the
     caller took first (a fence or an edit)."""
 
     session: Session
 
-    def record_take(self, item_id: int, spoken_text: str | None, keep: int) -> list[str]:
-        """Record the item's current audio as its next take with the item's text, the
-        job's voice and options and ``spoken_text`` (what was sent; None: the text),
-        once (the same audio again, a retried commit, records nothing new); make it
-        current, and drop the takes beyond the newest ``keep``: answer their audio keys."""
-        number = func.coalesce(
-            select(func.max(_OTHER.c.take)).where(_OTHER.c.item_id == item_id).scalar_subquery(),
-            0,
-        )
+    def record_take(
+        self, item_id: int, spoken_text: str | None, keep: int, number: int | None
+    ) -> list[str]:
+        """Record the item's current audio as its take ``number`` (the item's DONE move
+        set ``current_take`` to it, see ``take_number``) with the item's text, the job's
+        voice and options and ``spoken_text`` (what was sent; None: the text), once (the
+        same audio again, a retried commit, records nothing new); drop the takes beyond
+        the newest ``keep``: answer their audio keys."""
         already = exists().where(
             _OTHER.c.item_id == item_id, _OTHER.c.audio_path == items.c.audio_path
         )
@@ -72,7 +83,7 @@ class TakeMoves:
                 ["item_id", "take", "text", "spoken_text", "voice", "options", *AUDIO_COLUMNS],
                 select(
                     items.c.id,
-                    number + 1,
+                    items.c.current_take,
                     items.c.text,
                     items.c.text if spoken_text is None else literal(spoken_text),
                     jobs.c.voice,
@@ -83,23 +94,12 @@ class TakeMoves:
                 .where(items.c.id == item_id, items.c.audio_path.is_not(None), ~already),
             )
         )
-        current = (
-            select(takes.c.take)
-            .where(takes.c.item_id == item_id, takes.c.audio_path == items.c.audio_path)
-            .scalar_subquery()
-        )
-        newest: int | None = self.session.execute(
-            update(items)
-            .where(items.c.id == item_id)
-            .values(current_take=current)
-            .returning(items.c.current_take)
-        ).scalar_one()
-        if newest is None or newest <= keep:
+        if number is None or number <= keep:
             return []
         dropped: Sequence[str] = (
             self.session.execute(
                 takes.delete()
-                .where(takes.c.item_id == item_id, takes.c.take <= newest - keep)
+                .where(takes.c.item_id == item_id, takes.c.take <= number - keep)
                 .returning(takes.c.audio_path)
             )
             .scalars()
