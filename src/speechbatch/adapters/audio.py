@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import io
 import logging
+import threading
 
 import soundfile
 
@@ -13,12 +14,16 @@ log = logging.getLogger(__name__)
 
 # Frames decoded at a time: a long item never needs its whole PCM in memory.
 _BLOCK = 65536
+# libsndfile decodes MP3 through mpg123, whose state is partly process-wide: one decode
+# at a time per process (a few milliseconds per second of audio, beside a provider call
+# of seconds).
+_lock = threading.Lock()
 
 
 def measure(audio: bytes) -> Measurement | None:
     """The audio's duration and peak level, or None when it cannot be decoded."""
     try:
-        with soundfile.SoundFile(io.BytesIO(audio)) as sound:
+        with _lock, soundfile.SoundFile(io.BytesIO(audio)) as sound:
             rate = sound.samplerate
             frames = 0
             peak = 0.0
