@@ -7,7 +7,7 @@ import json
 import threading
 import time
 from collections import Counter
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any, Literal, overload
 
@@ -26,12 +26,14 @@ from speechbatch.adapters.repositories import (
     UserRecord,
 )
 from speechbatch.adapters.repositories.deliveries import Deliveries
+from speechbatch.adapters.repositories.edits import Edits
 from speechbatch.adapters.repositories.exports import Exports
 from speechbatch.adapters.repositories.job_locks import Locks
-from speechbatch.adapters.repositories.ledger import Usage
+from speechbatch.adapters.repositories.ledger import JobItems, Usage
 from speechbatch.adapters.repositories.renders import Renders
 from speechbatch.adapters.repositories.resume import Resumes
 from speechbatch.adapters.repositories.slots import SlotReads
+from speechbatch.adapters.repositories.takes import Takes
 from speechbatch.adapters.repositories.webhooks import Webhooks
 from speechbatch.adapters.repositories.workers import Workers
 
@@ -58,11 +60,13 @@ class FakeProvider:
         self.in_flight = 0
         self.max_in_flight = 0
         self.started: list[tuple[str, float]] = []  # (text, time.monotonic()) per call
+        self.options_seen: list[dict[str, Any]] = []  # the options of every call
         self._lock = threading.Lock()
 
-    def synthesize(self, text: str, voice: str) -> bytes:
+    def synthesize(self, text: str, voice: str, options: Mapping[str, Any] | None = None) -> bytes:
         with self._lock:
             self.calls[text] += 1
+            self.options_seen.append(dict(options or {}))
             self.in_flight += 1
             self.max_in_flight = max(self.max_in_flight, self.in_flight)
             self.started.append((text, time.monotonic()))
@@ -125,6 +129,7 @@ class FakeRepository:
         keys: Sequence[str | None] | None = None,
         item_chapters: Sequence[int] | None = None,
         chapters: Sequence[tuple[int, str, int]] | None = None,
+        options: str = "{}",
     ) -> int:
         job_id = len(self.jobs) + 1
         self.jobs[job_id] = {
@@ -228,9 +233,7 @@ class FakeRepository:
         if page is None:
             document = self.job_json(job_id, with_items=with_items)
         else:
-            document = self.items_json(
-                job_id, status=page.status, offset=page.offset, limit=page.limit
-            )
+            document = self.items_json(job_id, page)
         return JobPoll(None, head, document)
 
     def job_json(self, job_id: int, *, with_items: bool) -> str:
@@ -241,13 +244,19 @@ class FakeRepository:
             document["items"] = [{"text": t} for t in job["texts"]]
         return json.dumps(document)
 
-    def items_json(self, job_id: int, *, status: str | None, offset: int, limit: int) -> str:
+    def items_json(self, job_id: int, page: ItemsPage) -> str:
         self.documents_built += 1
-        texts = self.jobs[job_id]["texts"][offset : offset + limit]
+        texts = self.jobs[job_id]["texts"][page.offset : page.offset + page.limit]
         return json.dumps([{"text": t} for t in texts])
 
     def jobs_stamp(
-        self, organization_id: int, *, status: str | None, offset: int = 0, limit: int = 0
+        self,
+        organization_id: int,
+        *,
+        status: str | None,
+        offset: int = 0,
+        limit: int = 0,
+        q: str | None = None,
     ) -> ListStamp:
         return self._list_stamp(organization_id, offset, limit)
 
@@ -256,7 +265,13 @@ class FakeRepository:
         return ListStamp(len(ids), ",".join(f"{i}:1" for i in ids[offset : offset + limit]))
 
     def jobs_page(
-        self, organization_id: int, *, status: str | None, offset: int, limit: int
+        self,
+        organization_id: int,
+        *,
+        status: str | None,
+        offset: int,
+        limit: int,
+        q: str | None = None,
     ) -> ListPage:
         self.documents_built += 1
         ids = sorted((i for i, j in self.jobs.items() if j["org"] == organization_id), reverse=True)
@@ -305,7 +320,7 @@ class FakeSpending:
         self.budgets[slug] = characters
         return 1
 
-    def job_items(self, job_id: int, organization_id: int) -> tuple[str, list[Any]] | None:
+    def job_items(self, job_id: int, organization_id: int) -> JobItems | None:
         return None
 
     def longest_unsent(self, job_id: int, organization_id: int, *, regenerate: bool) -> int | None:
@@ -335,6 +350,8 @@ class FakeUnitOfWork:
     slots: SlotReads
     webhooks: Webhooks
     deliveries: Deliveries
+    takes: Takes
+    edits: Edits
 
     def __init__(self, repo: FakeRepository) -> None:
         self.repo = repo

@@ -13,7 +13,7 @@ from alembic import op
 from speechbatch.adapters.db import UTCDateTime, db_now
 
 revision = "0012_webhooks"
-down_revision = "0010_documents"
+down_revision = "0011_edits"
 branch_labels = None
 depends_on = None
 

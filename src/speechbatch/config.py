@@ -60,6 +60,10 @@ def storage_location(url: str | None, folder: str) -> StorageLocation:
     return StorageLocation(folder=url)
 
 
+# Takes kept per item unless SPEECHBATCH_TAKES_KEPT says otherwise.
+DEFAULT_TAKES_KEPT = 5
+
+
 @dataclass(frozen=True)
 class Settings:
     """Everything the app reads from its environment, validated once at start."""
@@ -116,6 +120,9 @@ class Settings:
         if self.webhook_allow_private is None:
             return not self.is_production
         return self.webhook_allow_private
+
+    # Takes kept per item; an older take's audio goes when nothing else refers to it.
+    takes_kept: int = DEFAULT_TAKES_KEPT
 
     @property
     def item_worst_case_seconds(self) -> float:
@@ -203,6 +210,7 @@ class Settings:
             (self.provider_concurrency, 1, False, "PROVIDER_CONCURRENCY", "at least 1"),
             (self.provider_rpm, 0, False, "PROVIDER_RPM", "0 (no limit) or more"),
             (self.trusted_proxies, 0, False, "TRUSTED_PROXIES", "0 (no proxy) or more"),
+            (self.takes_kept, 1, False, "TAKES_KEPT", "at least 1"),
             (self.export_lock_ttl_seconds, 0, True, "EXPORT_LOCK_TTL_SECONDS", "positive"),
             (self.render_lock_ttl_seconds, 0, True, "RENDER_LOCK_TTL_SECONDS", "positive"),
             (self.worker_dead_seconds, 0, True, "WORKER_DEAD_SECONDS", "positive"),
@@ -251,7 +259,7 @@ class Settings:
                      "tts_price_per_million_characters"):  # fmt: skip
             number(name, float)
         for name in ("item_concurrency", "tts_max_attempts", "provider_concurrency",
-                     "provider_rpm", "trusted_proxies"):  # fmt: skip
+                     "provider_rpm", "trusted_proxies", "takes_kept"):  # fmt: skip
             number(name, int)
         presigned = env.get("SPEECHBATCH_STORAGE_PRESIGNED_DOWNLOADS", "").strip().lower()
         if presigned:

@@ -43,7 +43,15 @@ def test_create_job_trims_and_answers_201(client: FlaskClient, auth: dict[str, s
     assert job["title"] == "Greetings"
     assert [i["text"] for i in job["items"]] == ["line 0", "line 1"]
     assert job["status"] == "PENDING" and job["attempt"] == 0
-    assert job["progress"] == {"total": 2, "pending": 2, "generating": 0, "done": 0, "error": 0}
+    assert job["progress"] == {
+        "total": 2,
+        "pending": 2,
+        "generating": 0,
+        "done": 0,
+        "error": 0,
+        "stale": 0,
+        "suspect": 0,
+    }
     assert job["created_at"].endswith("+00:00")
     assert job["runs"] == [] and job["started_at"] is None
 

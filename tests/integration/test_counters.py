@@ -65,7 +65,15 @@ def _age(svc: Services, job_id: int) -> None:
 def test_counters_match_after_a_completed_run(svc: Services, admin: UserRecord) -> None:
     job_id = new_job(svc, admin, 6)
     job = _run(svc, admin, job_id)
-    assert job["progress"] == {"total": 6, "pending": 0, "generating": 0, "done": 6, "error": 0}
+    assert job["progress"] == {
+        "total": 6,
+        "pending": 0,
+        "generating": 0,
+        "done": 6,
+        "error": 0,
+        "stale": 0,
+        "suspect": 0,
+    }
     assert_counters_match(svc, job_id)
 
 
@@ -90,7 +98,15 @@ def test_counters_match_after_crash_recovery(svc: Services, admin: UserRecord) -
     _age(svc, job_id)
     job = get_job(svc.uow_factory, svc.settings, admin, job_id)
     assert job["status"] == "FAILED"
-    assert job["progress"] == {"total": 4, "pending": 2, "generating": 0, "done": 1, "error": 1}
+    assert job["progress"] == {
+        "total": 4,
+        "pending": 2,
+        "generating": 0,
+        "done": 1,
+        "error": 1,
+        "stale": 0,
+        "suspect": 0,
+    }
     assert_counters_match(svc, job_id)
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -44,7 +44,15 @@ def test_run_completes_every_item_with_audio(
     job_id = new_job(svc, admin, 6)
     job = _run(svc, admin, job_id)
     assert job["status"] == "COMPLETED"
-    assert job["progress"] == {"total": 6, "pending": 0, "generating": 0, "done": 6, "error": 0}
+    assert job["progress"] == {
+        "total": 6,
+        "pending": 0,
+        "generating": 0,
+        "done": 6,
+        "error": 0,
+        "stale": 0,
+        "suspect": 0,
+    }
     assert job["runs"][-1]["outcome"] == "COMPLETED"
     assert job["finished_at"] is not None
     for item in job["items"]:
@@ -95,7 +103,9 @@ def test_regenerate_sends_every_item_again_and_replaces_audio(
     assert job["status"] == "COMPLETED"
     assert all(n == 2 for n in provider.calls.values())
     names = [k.rsplit("/", 1)[-1] for k in _audio_files(svc)]
-    assert len(names) == 3 and all("-a2." in n for n in names)  # old audio replaced
+    # The new audio is current; the old audio stays, as each item's first take.
+    assert len(names) == 6
+    assert sum("-a2." in n for n in names) == 3 and sum("-a1." in n for n in names) == 3
 
 
 def test_fenced_run_cannot_write_after_recovery_and_reclaim(
@@ -258,10 +268,12 @@ def test_run_stalled_after_its_fence_check_sends_no_http_request(
     stall = _Stall()
 
     class StallsAfterTheCheck(OpenAIProvider):
-        def synthesize(self, text: str, voice: str) -> bytes:
+        def synthesize(
+            self, text: str, voice: str, options: Mapping[str, Any] | None = None
+        ) -> bytes:
             # After before_attempt's fresh-fence check, before requests prepares.
             stall.here()
-            return super().synthesize(text, voice)
+            return super().synthesize(text, voice, options)
 
     provider = StallsAfterTheCheck(server.url, None, "tts-1", ("alloy", "echo"), 5.0)
     app = create_app(with_settings(settings, worker_dead_seconds=2.0), provider=provider)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import itertools
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
 import pytest
@@ -252,7 +252,7 @@ def test_an_item_with_a_free_slot_takes_and_returns_it_within_its_start_and_fini
 
     inner = provider.synthesize
 
-    def synthesize(text: str, voice: str) -> bytes:
+    def synthesize(text: str, voice: str, options: Mapping[str, Any] | None = None) -> bytes:
         reading.now = True
         try:
             with concrete(svc.uow_factory)(read_only=True) as uow:
@@ -282,8 +282,9 @@ def test_a_sent_item_costs_a_bounded_number_of_statements(
     """Per sent item (the difference between a run of 3 and a run of 6 items). The
     start: the fence, the item's move (with its reuse lookup), the slot, the
     reservation's row (the run's share of the ledger), the month's row: 5. The finish: the fence,
-    the item's move, the slot's release (whose RETURNING notifies on PostgreSQL): 3.
-    (BEGIN and the SQLite pragmas are not statements of the work.)"""
+    the item's move (which sets its current take), its take's row, the slot's release (whose
+    RETURNING notifies on PostgreSQL): 4. (BEGIN and the SQLite pragmas are not statements
+    of the work.)"""
     monkeypatch.setattr(gate_module, "PAUSE_CACHE_SECONDS", 3600.0)
     svc = make_svc(item_concurrency=1)
     kinds: list[str] = []
@@ -302,4 +303,4 @@ def test_a_sent_item_costs_a_bounded_number_of_statements(
     statements_of_a_run(2, "warm-up")  # the first run reads the pause; later ones use the cache
     small, large = statements_of_a_run(3, "small"), statements_of_a_run(6, "large")
     per_item = (len(large) - len(small)) / 3
-    assert per_item <= 8, (small, large)
+    assert per_item <= 9, (small, large)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any, cast
 
 import pytest
@@ -13,7 +13,7 @@ from flask.testing import FlaskClient
 from sqlalchemy import select
 
 from speechbatch import create_app
-from speechbatch.adapters.models import Item
+from speechbatch.adapters.models import Item, Take
 from speechbatch.adapters.repositories import UserRecord
 from speechbatch.adapters.repositories.ledger import Reservation, SpendingRepository
 from speechbatch.adapters.storage import LocalStorage
@@ -37,7 +37,7 @@ class GatedProvider(FakeProvider):
         self.held = held
         self.release = threading.Event()
 
-    def synthesize(self, text: str, voice: str) -> bytes:
+    def synthesize(self, text: str, voice: str, options: Mapping[str, Any] | None = None) -> bytes:
         if text in self.held:
             with self._lock:
                 self.calls[text] += 1
@@ -48,7 +48,7 @@ class GatedProvider(FakeProvider):
                 with self._lock:
                     self.in_flight -= 1
             return b"ID3HELD" + text.encode()
-        return super().synthesize(text, voice)
+        return super().synthesize(text, voice, options)
 
 
 def received_characters(provider: FakeProvider) -> int:
@@ -425,12 +425,17 @@ def test_shared_audio_survives_a_regenerate_and_gc(
 
 
 @pytest.mark.parametrize("storage_kind", STORAGES, indirect=True)
-def test_audio_a_regenerate_replaces_is_deleted_when_nothing_refers_to_it(
+def test_audio_a_regenerate_replaces_is_deleted_when_its_take_falls_off(
     svc: Services, admin: UserRecord
 ) -> None:
+    """The replaced audio stays a kept take until TAKES_KEPT newer takes push it off;
+    then nothing refers to it and it is deleted at once."""
     job = run(svc, admin, job_of(svc, admin, ["Only here"]))
     old_key = audio_key(svc, admin, job["id"], job["items"][0]["id"])
     assert old_key is not None and svc.storage.exists(old_key)
+    for _ in range(svc.settings.takes_kept - 1):
+        run(svc, admin, job["id"], regenerate=True)
+        assert svc.storage.exists(old_key)
     run(svc, admin, job["id"], regenerate=True)
     assert not svc.storage.exists(old_key)
 
@@ -448,9 +453,12 @@ def test_regenerates_of_a_job_with_duplicates_leave_no_unreferenced_file(
         job = run(svc, admin, job_id, regenerate=True)
         assert statuses(job) == ["DONE"] * 3
     referenced = {audio_key(svc, admin, job_id, item["id"]) for item in job["items"]}
+    with concrete(svc.uow_factory)(read_only=True) as uow:
+        kept = set(uow.session.execute(select(Take.audio_path)).scalars())
     stored = set(stored_keys(svc.storage))
     assert len(referenced) == 2
-    assert stored == referenced
+    assert referenced <= kept
+    assert stored == kept
 
 
 # --- gc ----------------------------------------------------------------------------------

@@ -15,6 +15,7 @@ from speechbatch.adapters.repositories.ledger import Reservation, Usage
 from speechbatch.adapters.repositories.slots import SlotGrant
 from speechbatch.config import Settings
 from speechbatch.errors import Fenced
+from speechbatch.runner.call import Calls
 from speechbatch.runner.gate import ProviderGate
 from speechbatch.runner.item import Items, Run, Started
 
@@ -65,7 +66,13 @@ class FakeRuns:
         return StartedItem(self.w.texts[item_id], self.w.audio.get(item_id), source)
 
     def reuse_audio(
-        self, job_id: int, attempt: int, item_id: int, source_item_id: int, fingerprint: str
+        self,
+        job_id: int,
+        attempt: int,
+        item_id: int,
+        source_item_id: int,
+        fingerprint: str,
+        **kw: Any,
     ) -> FinishedItem:
         if self.w.fenced:
             return FinishedItem(won=False)
@@ -83,7 +90,7 @@ class FakeRuns:
             return FinishedItem(won=True)
         self.w.statuses[item_id] = "DONE"
         replaced, self.w.audio[item_id] = self.w.audio.get(item_id), kw["audio_path"]
-        return FinishedItem(won=True, orphaned_audio_path=replaced)
+        return FinishedItem(won=True, orphaned_audio_paths=(replaced,) if replaced else ())
 
     def return_item(self, job_id: int, attempt: int, item_id: int) -> bool:
         if self.w.fenced:
@@ -132,6 +139,9 @@ class FakeSlots:
 
     def holds_its_share(self, job_id: int, **kw: Any) -> bool:
         return False
+
+    def paused_for(self) -> float:
+        return 0.0
 
     def release_slot(self, grant: SlotGrant, job_id: int | None = None) -> bool:
         if self.w.held.get(grant.slot) != grant.token:
@@ -278,26 +288,26 @@ def _started(world: World, items: Items, run: Run) -> Started:
     return started
 
 
-def test_finish_done_stores_the_audio_and_releases_the_slot() -> None:
+def test_finish_done_stores_the_audio_and_keeps_the_reservation() -> None:
     world = _world("hello")
     world.audio[1] = "old.mp3"
     items, run = _items(world), _run()
     storage = cast(FakeStorage, items.storage)
     storage.files["old.mp3"] = b"old"
     assert items.finish(run, _started(world, items, run), b"audio", None)
-    assert world.statuses[1] == "DONE" and world.free_slots == 1
+    assert world.statuses[1] == "DONE"
     assert storage.files == {"jobs/1/1-a1.mp3": b"audio"}  # the replaced file deleted
     assert world.billed == 5  # sent: the reservation is kept
 
 
-def test_finish_error_marks_the_item_and_releases_the_slot() -> None:
+def test_finish_error_marks_the_item() -> None:
     world = _world("hello")
     items, run = _items(world), _run()
     assert not items.finish(run, _started(world, items, run), None, "provider said no")
-    assert world.statuses[1] == "ERROR" and world.free_slots == 1
+    assert world.statuses[1] == "ERROR"
 
 
-def test_finish_of_a_fenced_run_deletes_its_audio_and_still_releases_the_slot() -> None:
+def test_finish_of_a_fenced_run_deletes_its_audio() -> None:
     world = _world("hello")
     items, run = _items(world), _run()
     started = _started(world, items, run)
@@ -305,7 +315,35 @@ def test_finish_of_a_fenced_run_deletes_its_audio_and_still_releases_the_slot() 
     with pytest.raises(Fenced):
         items.finish(run, started, b"audio", None)
     assert cast(FakeStorage, items.storage).files == {}
-    assert world.statuses[1] == "GENERATING" and world.free_slots == 1
+    assert world.statuses[1] == "GENERATING"
+
+
+class SpeakingProvider(FakeProvider):
+    """Answers every call, noting how many slots were free while it was in flight."""
+
+    name, voices, max_chars, content_type = "fake", ("alloy",), 4096, "audio/mpeg"
+
+    def __init__(self, world: World) -> None:
+        self.world = world
+        self.free_during_calls: list[int] = []
+
+    def synthesize(self, text: str, voice: str, options: Any = None) -> bytes:
+        self.free_during_calls.append(self.world.free_slots)
+        return b"audio"
+
+
+def test_a_calls_slot_goes_back_as_soon_as_its_answer_came() -> None:
+    """The slot is held during the call only, not while the audio is measured and
+    stored: another item may start its call meanwhile."""
+    world = _world("hello")
+    items, run = _items(world), _run()
+    provider = SpeakingProvider(world)
+    items.provider = cast(Any, provider)
+    started = _started(world, items, run)
+    sent = Calls(items).send(run, started)
+    assert sent == (b"audio", None) and provider.free_during_calls == [0]
+    assert world.free_slots == 1 and started.slot is None and world.billed == 5
+    assert items.finish(run, started, b"audio", None) and world.free_slots == 1
 
 
 def test_an_attempt_not_sent_gives_back_its_reservation_once() -> None:

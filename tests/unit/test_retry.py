@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
+from typing import Any
 
 import pytest
 import requests
@@ -30,7 +31,7 @@ class FakeProvider:
         self.outcomes = list(outcomes)
         self.calls: list[tuple[str, str]] = []
 
-    def synthesize(self, text: str, voice: str) -> bytes:
+    def synthesize(self, text: str, voice: str, options: Mapping[str, Any] | None = None) -> bytes:
         self.calls.append((text, voice))
         outcome = self.outcomes.pop(0)
         if isinstance(outcome, BaseException):
@@ -166,9 +167,11 @@ def test_before_attempt_runs_before_every_call() -> None:
     events: list[str] = []
 
     class Recording(FakeProvider):
-        def synthesize(self, text: str, voice: str) -> bytes:
+        def synthesize(
+            self, text: str, voice: str, options: Mapping[str, Any] | None = None
+        ) -> bytes:
             events.append("call")
-            return super().synthesize(text, voice)
+            return super().synthesize(text, voice, options)
 
     provider = Recording(unavailable(), unavailable(), b"mp3")
     run(provider, Sleeps(), before_attempt=lambda n: events.append(f"fence {n}"))

@@ -8,6 +8,7 @@ from sqlalchemy import (
     BigInteger,
     Boolean,
     CheckConstraint,
+    Float,
     ForeignKey,
     Index,
     Integer,
@@ -141,6 +142,8 @@ class Job(Base):
     items_error: Mapped[int] = mapped_column(Integer, server_default="0")
     # Bumped by every write that changes what the job's API answers show: the ETag.
     version: Mapped[int] = mapped_column(Integer, server_default="0")
+    # The job's options (speed, instructions) as a JSON object: part of what is asked.
+    options: Mapped[str] = mapped_column(Text, server_default="{}")
 
 
 class Item(Base):
@@ -166,6 +169,19 @@ class Item(Base):
         Index("ix_items_audio_path", "audio_path"),
         # NULL keys are distinct on both databases: only keyed items are unique in a job.
         Index("uq_items_job_id_key", "job_id", "key", unique=True),
+        # Stale and suspect filters and counts probe only the flagged items of a job.
+        Index(
+            "ix_items_job_id_stale",
+            "job_id",
+            postgresql_where=text("stale"),
+            sqlite_where=text("stale"),
+        ),
+        Index(
+            "ix_items_job_id_suspect",
+            "job_id",
+            postgresql_where=text("suspect IS NOT NULL"),
+            sqlite_where=text("suspect IS NOT NULL"),
+        ),
     )
 
     id: Mapped[int] = mapped_column(Id, primary_key=True)
@@ -185,6 +201,16 @@ class Item(Base):
     # The caller's name for the item (export file names), and its chapter's index.
     key: Mapped[str | None] = mapped_column(String(100))
     chapter: Mapped[int | None] = mapped_column(Integer)
+    # The current audio no longer matches what would be sent now (an edit, the voice,
+    # the options or the lexicon changed since it was made).
+    stale: Mapped[bool] = mapped_column(Boolean, server_default=false())
+    # The current audio's measured duration and quality verdict (see domain.quality).
+    duration_seconds: Mapped[float | None] = mapped_column(Float)
+    suspect: Mapped[str | None] = mapped_column(String(20))
+    # The number of the item's take that its audio is (see Take).
+    current_take: Mapped[int | None] = mapped_column(Integer)
+    # The attempt of the selective regenerate that picked this item, if any.
+    selected_for: Mapped[int | None] = mapped_column(Integer)
 
 
 class Chapter(Base):
@@ -225,6 +251,8 @@ class Run(Base):
     # Items of this run waiting (longer than a moment) for a provider slot or the pace.
     waiting_for_slot: Mapped[int] = mapped_column(Integer, server_default="0")
     waiting_for_pace: Mapped[int] = mapped_column(Integer, server_default="0")
+    # How many items a selective regenerate was asked to send (None: the whole job).
+    selected: Mapped[int | None] = mapped_column(Integer)
 
 
 class UsageMonth(Base):
@@ -332,3 +360,34 @@ class ProviderPace(Base):
 
     id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=False)
     next_start_at: Mapped[datetime] = mapped_column(UTCDateTime(), server_default=db_now())
+
+
+class Take(Base):
+    """One audio an item has had, numbered from 1 per item; the newest few are kept.
+
+    Every DONE move (sent or reused) writes one; a restore makes an older one current
+    again. A take's audio is deleted when it falls off and nothing else refers to it.
+    """
+
+    __tablename__ = "takes"
+    __table_args__ = (
+        UniqueConstraint("item_id", "take", name="uq_takes_item_id_take"),
+        # Shared audio: whether a kept take still refers to a file is one index probe.
+        Index("ix_takes_audio_path", "audio_path"),
+    )
+
+    id: Mapped[int] = mapped_column(Id, primary_key=True)
+    item_id: Mapped[int] = mapped_column(Id, ForeignKey("items.id", ondelete="CASCADE"))
+    take: Mapped[int] = mapped_column(Integer)
+    text: Mapped[str] = mapped_column(Text)
+    spoken_text: Mapped[str] = mapped_column(Text)
+    voice: Mapped[str] = mapped_column(String(100))
+    options: Mapped[str] = mapped_column(Text, server_default="{}")
+    audio_path: Mapped[str] = mapped_column(String(500))
+    audio_bytes: Mapped[int | None] = mapped_column(Integer)
+    audio_sha256: Mapped[str | None] = mapped_column(String(64))
+    fingerprint: Mapped[str | None] = mapped_column(String(64))
+    duration_seconds: Mapped[float | None] = mapped_column(Float)
+    suspect: Mapped[str | None] = mapped_column(String(20))
+    reused: Mapped[bool] = mapped_column(Boolean, server_default=false())
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime(), server_default=db_now())

@@ -47,12 +47,14 @@ from speechbatch.adapters.repositories import (
     WorkersRepository,
 )
 from speechbatch.adapters.repositories.deliveries import Deliveries, DeliveriesRepository
+from speechbatch.adapters.repositories.edits import Edits, EditsRepository
 from speechbatch.adapters.repositories.exports import ExportRepository, Exports
 from speechbatch.adapters.repositories.job_locks import LockRepository, Locks, is_unique_violation
 from speechbatch.adapters.repositories.ledger import Spending, SpendingRepository
 from speechbatch.adapters.repositories.renders import RenderRepository, Renders
 from speechbatch.adapters.repositories.resume import ResumeRepository, Resumes
 from speechbatch.adapters.repositories.slots import SlotReads, SlotRepository
+from speechbatch.adapters.repositories.takes import TakeReads, Takes
 from speechbatch.adapters.repositories.webhooks import Webhooks, WebhooksRepository
 from speechbatch.errors import AlreadyExists, DatabaseError, DatabaseUnavailable, SpeechbatchError
 
@@ -117,6 +119,8 @@ class ReadUnit(Protocol):
     def webhooks(self) -> Webhooks: ...
     @property
     def deliveries(self) -> Deliveries: ...
+    @property
+    def takes(self) -> Takes: ...
 
     def __enter__(self) -> Self: ...
     def __exit__(
@@ -140,6 +144,8 @@ class WriteUnit(ReadUnit, Protocol):
     def sign_ins(self) -> SignIns: ...
     @property
     def workers(self) -> Workers: ...
+    @property
+    def edits(self) -> Edits: ...
 
     def commit(self) -> None: ...
 
@@ -204,6 +210,7 @@ class _Unit:
         self.resume = ResumeRepository(self.session)
         self.webhooks = WebhooksRepository(self.session)
         self.deliveries = DeliveriesRepository(self.session)
+        self.takes = TakeReads(self.session)
 
     def __exit__(
         self,
@@ -270,6 +277,7 @@ class Writer(_Unit):
         self.runs = RunsRepository(self.session)
         self.workers = WorkersRepository(self.session)
         self.sign_ins = SignInRepository(self.session)
+        self.edits = EditsRepository(self.session)
         return self
 
     def commit(self) -> None:

@@ -14,6 +14,8 @@ An attempt that was not sent gives its reservation and slot back.
 from __future__ import annotations
 
 import logging
+from collections.abc import Mapping
+from typing import Any
 
 from speechbatch.adapters import metrics
 from speechbatch.adapters.providers.base import (
@@ -27,7 +29,7 @@ from speechbatch.adapters.providers.retry import synthesize_with_retries
 from speechbatch.adapters.uow import RunUnit
 from speechbatch.errors import BudgetExceeded, Fenced
 from speechbatch.runner.gate import CallNotStarted, Waiting
-from speechbatch.runner.item import Items, NoSlot, Run, Started
+from speechbatch.runner.item import Items, NoSlot, Run, Started, stop_over_budget
 
 log = logging.getLogger(__name__)
 
@@ -73,6 +75,7 @@ class Calls:
                     _SlotProvider(items.provider, self, run, started),
                     started.text,
                     run.voice,
+                    options=run.options,
                     max_attempts=items.settings.tts_max_attempts,
                     timeout_seconds=items.settings.tts_timeout_seconds,
                     before_attempt=before_attempt,
@@ -91,6 +94,7 @@ class Calls:
                 "provider failure job=%s attempt=%s item=%s status=%s: %s",
                 run.job_id, run.attempt, started.item_id, exc.status, exc.message,
             )  # fmt: skip
+            self.release_after_attempt(run, started, succeeded=False)  # if still held
             return None, exc.message
         except BaseException:
             items.give_back(run, started)
@@ -136,7 +140,7 @@ class Calls:
                 continue
             except BudgetExceeded:
                 # A retry that no longer fits: the item waits, PENDING, for a raised budget.
-                items.over_budget(run, started.item_id, len(started.text))
+                stop_over_budget(items.tx, run, started.item_id, len(started.text))
                 raise NotSent() from None
             if not got:
                 run.fenced.set()
@@ -145,17 +149,20 @@ class Calls:
             started.reservation, started.slot = got
             return
 
-    def release_after_attempt(self, run: Run, started: Started) -> None:
-        """A sent attempt failed: its reservation is kept (the provider got it), its
-        slot goes back now (a retry waits its backoff, then takes one again)."""
+    def release_after_attempt(self, run: Run, started: Started, *, succeeded: bool) -> None:
+        """A sent attempt ended: its reservation is kept (the provider got it), its slot
+        goes back now, before the audio is stored (a failed one's retry waits its
+        backoff, then takes one again; a succeeded one's thread goes on to its next
+        item, so its own job's waiters are not woken for it)."""
         slot, started.slot = started.slot, None
         if slot is not None:
-            self.items.gate.release(slot, run.job_id)
+            self.items.gate.release(slot, run.job_id, lane_goes_on=succeeded)
 
 
 class _SlotProvider:
-    """The provider, as one item's calls see it: a sent attempt keeps its reservation;
-    a failed one gives its slot back at once and shares a 429's Retry-After."""
+    """The provider, as one item's calls see it: a sent attempt keeps its reservation
+    and gives its slot back as soon as its answer came; a failed one shares a 429's
+    Retry-After."""
 
     def __init__(self, inner: TTSProvider, calls: Calls, run: Run, started: Started) -> None:
         self._inner = inner
@@ -168,9 +175,9 @@ class _SlotProvider:
         self.content_type = inner.content_type
         self.file_extension = inner.file_extension
 
-    def synthesize(self, text: str, voice: str) -> bytes:
+    def synthesize(self, text: str, voice: str, options: Mapping[str, Any] | None = None) -> bytes:
         try:
-            audio = self._inner.synthesize(text, voice)
+            audio = self._inner.synthesize(text, voice, options)
         except CallNotSent:
             raise  # not sent: the caller gives its reservation back
         except BaseException as exc:
@@ -180,7 +187,8 @@ class _SlotProvider:
                 # one fails that item as rate-limited and must not stall every other job.
                 gate = self._calls.items.gate
                 gate.pause(min(exc.retry_after, gate.settings.tts_timeout_seconds))
-            self._calls.release_after_attempt(self._run, self._started)
+            self._calls.release_after_attempt(self._run, self._started, succeeded=False)
             raise
         self._started.reservation = None
+        self._calls.release_after_attempt(self._run, self._started, succeeded=True)
         return audio

@@ -129,15 +129,15 @@ class ProviderGate:
             max_hold_seconds=self.max_hold_seconds,
         )
 
-    def release(self, grant: SlotGrant, job_id: int) -> None:
-        """Give a slot back in a transaction of its own (a call that ended without a
-        finish transaction to carry it), then wake the waiters."""
+    def release(self, grant: SlotGrant, job_id: int, *, lane_goes_on: bool = False) -> None:
+        """Give a slot back in a transaction of its own (its call's answer came), then
+        wake the waiters (see ``released``)."""
         try:
             self._tx(lambda slots: slots.release_slot(grant, job_id))
         except Exception:
             # The slot comes back anyway after max_hold_seconds.
             log.exception("could not release provider slot %s", grant.slot)
-        self.released(job_id)
+        self.released(job_id, lane_goes_on=lane_goes_on)
 
     # Waiting for a release.
 

@@ -6,9 +6,10 @@
    otherwise its characters are reserved (the budget's compare-and-set) and a provider
    slot taken. No free slot: the transaction rolls back, the item waits on the gate
    (keeping its fence fresh) and starts again.
-2. ``call``: the provider call with nothing held (see ``call.py``).
-3. ``finish``: ONE short fenced transaction: DONE (its audio key) or ERROR, the slot
-   released. Then the audio it replaced is deleted when nothing refers to it any more.
+2. ``call``: the provider call with nothing held (see ``call.py``); its slot goes back
+   as soon as its answer came, before the audio is measured and stored.
+3. ``finish``: ONE short fenced transaction: DONE (its audio key, its take) or ERROR.
+   Then the audio it replaced is deleted when nothing refers to it any more.
 
 A fenced write that wins nothing means the run was declared dead or superseded: it
 raises Fenced and the run stops, writing nothing more. Nothing is carried from one item
@@ -23,7 +24,7 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TypeVar
+from typing import Any, TypeVar
 
 from speechbatch.adapters import metrics
 from speechbatch.adapters.providers.base import TTSProvider
@@ -32,8 +33,10 @@ from speechbatch.adapters.repositories.ledger import Reservation
 from speechbatch.adapters.repositories.slots import SlotGrant
 from speechbatch.adapters.uow import RunUnit
 from speechbatch.config import Settings
+from speechbatch.domain.editing import spoken_text
 from speechbatch.errors import BudgetExceeded, DatabaseUnavailable, Fenced
 from speechbatch.runner.gate import ProviderGate, Waiting
+from speechbatch.runner.measure import Measured, measure_audio
 from speechbatch.runner.transactions import Transactions
 from speechbatch.services.ports import Storage
 
@@ -63,6 +66,8 @@ class Run:
     attempt: int
     voice: str = ""
     organization_id: int = 0
+    # The job's options (speed, instructions), sent with every call of the run.
+    options: dict[str, Any] = field(default_factory=dict)
     regenerate: bool = False
     # Set (with the message) when the budget could not pay for the next call.
     over_budget: str | None = None
@@ -89,14 +94,14 @@ class Started:
     with ``reused_from``, an item made DONE by sharing that item's audio."""
 
     item_id: int
-    text: str
+    text: str  # the spoken text: what is sent and billed
     fingerprint: str
     slot: SlotGrant | None = None
     reservation: Reservation | None = None
     # The audio the item had when it started (a regenerate replaces it).
     previous_audio_path: str | None = None
     reused_from: int | None = None
-    orphaned_audio_path: str | None = None
+    orphaned_audio_paths: tuple[str, ...] = ()
     # The job has no item left to start: the other jobs' fair shares may have grown.
     drained: bool = False
 
@@ -141,7 +146,7 @@ class Items:
                     self.gate.wait(mark, run.job_id, refused.at_share)
                     continue
                 except BudgetExceeded:
-                    self.over_budget(run, item_id, len(text))
+                    stop_over_budget(self.tx, run, item_id, len(spoken_text(text)))
                     return None
                 if started is None:
                     self.fence(run)  # raises Fenced, or the item was not startable
@@ -158,22 +163,26 @@ class Items:
         started = uow.runs.start_item(run.job_id, run.attempt, item_id, reuse_fingerprint=lookup)
         if started is None:
             return None
+        spoken = spoken_text(started.text)
         source = started.reusable_item_id
         if source is not None:
-            reused = uow.runs.reuse_audio(run.job_id, run.attempt, item_id, source, fingerprint)
+            reused = uow.runs.reuse_audio(
+                run.job_id, run.attempt, item_id, source, fingerprint,
+                spoken_text=spoken, keep=self.settings.takes_kept,
+            )  # fmt: skip
             if reused:
                 return Started(
                     item_id,
-                    started.text,
+                    spoken,
                     fingerprint,
                     reused_from=source,
-                    orphaned_audio_path=reused.orphaned_audio_path,
+                    orphaned_audio_paths=reused.orphaned_audio_paths,
                     drained=started.drained,
                 )
-        reservation, slot = self.reserve_and_take(uow, run, len(started.text))
+        reservation, slot = self.reserve_and_take(uow, run, len(spoken))
         return Started(
             item_id,
-            started.text,
+            spoken,
             fingerprint,
             slot,
             reservation,
@@ -213,20 +222,20 @@ class Items:
     # 3. finish
 
     def finish(self, run: Run, started: Started, audio: bytes | None, error: str | None) -> bool:
-        """Store the audio and make the item DONE, or make it ERROR; release its slot in
-        the same fenced transaction; whether it ended DONE. Raises Fenced when lost."""
-        key = None
+        """Store the audio and make the item DONE, or make it ERROR, in one fenced
+        transaction; whether it ended DONE. Raises Fenced when lost."""
+        key, measured = None, Measured()
         if audio is not None:
+            measured = measure_audio(audio, started.text, run.options)
             key = audio_key(run.job_id, started.item_id, run.attempt, self.provider.file_extension)
             try:
                 self.storage.write(key, audio)
             except OSError as exc:
                 key, error = None, f"could not store audio: {exc.strerror}"
-        slot, started.slot = started.slot, None
 
         def work(uow: RunUnit) -> FinishedItem:
             if key is not None and audio is not None:
-                finished = uow.runs.finish_item(
+                return uow.runs.finish_item(
                     run.job_id,
                     run.attempt,
                     started.item_id,
@@ -235,44 +244,51 @@ class Items:
                     audio_sha256=hashlib.sha256(audio).hexdigest(),
                     fingerprint=started.fingerprint,
                     replaced_audio_path=started.previous_audio_path,
+                    duration_seconds=measured.duration_seconds,
+                    suspect=measured.suspect,
+                    spoken_text=started.text,
+                    keep=self.settings.takes_kept,
                 )
-            else:
-                finished = uow.runs.finish_item(
-                    run.job_id, run.attempt, started.item_id, error_message=error or "failed"
-                )
-            if slot is not None:
-                # Fenced by the grant's token, whether or not the finish won.
-                uow.slots.release_slot(slot, run.job_id)
-            return finished
+            return uow.runs.finish_item(
+                run.job_id, run.attempt, started.item_id, error_message=error or "failed"
+            )
 
         finished = self.fenced_tx(run, work)
-        if slot is not None:
-            self.gate.released(run.job_id, lane_goes_on=True)
         if not finished:
             if key is not None:
                 self.delete_orphan(key)
             raise Fenced()
-        self.delete_orphan(finished.orphaned_audio_path)
+        self.delete_orphans(finished.orphaned_audio_paths)
         return key is not None
 
-    def reuse_duplicate(self, run: Run, item_id: int, source: int, fingerprint: str) -> None:
+    def reuse_duplicate(
+        self, run: Run, item_id: int, source: int, fingerprint: str, spoken: str
+    ) -> None:
         """A duplicate of an item this run has just finished shares its audio (no call)."""
+        keep = self.settings.takes_kept
         finished = self.fenced_tx(
             run,
-            lambda uow: uow.runs.reuse_audio(run.job_id, run.attempt, item_id, source, fingerprint),
+            lambda uow: uow.runs.reuse_audio(
+                run.job_id, run.attempt, item_id, source, fingerprint, spoken_text=spoken, keep=keep
+            ),
         )
         if not finished:
             self.fence(run)
             return
-        self.delete_orphan(finished.orphaned_audio_path)
+        self.delete_orphans(finished.orphaned_audio_paths)
         self.reused(run, item_id, source)
 
-    def delete_orphan(self, key: str | None) -> None:
-        """Delete audio that an item's finish replaced and nothing refers to any more."""
+    def delete_orphans(self, keys: tuple[str, ...]) -> None:
+        """Delete audio that an item's finish replaced (or a take that fell off) and
+        nothing refers to any more."""
+        for key in keys:
+            self.delete_orphan(key)
+
+    def delete_orphan(self, key: str) -> None:
+        """Delete one file nothing refers to; a failure is logged (gc deletes it later)."""
         try:
-            if key is not None:
-                self.storage.delete(key)
-        except OSError as exc:  # nothing refers to it: gc deletes it later
+            self.storage.delete(key)
+        except OSError as exc:
             log.warning("could not delete unreferenced audio %s: %s", key, exc)
 
     def reused(self, run: Run, item_id: int, source_item_id: int) -> None:
@@ -340,27 +356,23 @@ class Items:
         if slot is not None:
             self.gate.released(run.job_id)
 
-    def over_budget(self, run: Run, item_id: int, characters: int) -> None:
-        """Stop starting items: the organization's budget cannot pay for this call."""
-        run.over_budget = _over_budget_message(self.tx, run.organization_id, characters)
-        metrics.BUDGET_REFUSALS.labels(where="run").inc()
-        log.warning(
-            "budget refused a call job=%s attempt=%s item=%s characters=%s: %s",
-            run.job_id, run.attempt, item_id, characters, run.over_budget,
-        )  # fmt: skip
 
-
-def _over_budget_message(tx: Transactions, organization_id: int, characters: int) -> str:
-    """What a run that the budget stopped says: the month's spending and what it needed."""
+def stop_over_budget(tx: Transactions, run: Run, item_id: int, characters: int) -> None:
+    """Stop starting items: the organization's budget cannot pay for this call."""
     try:
-        usage = tx(lambda uow: uow.spending.usage(organization_id))
+        usage = tx(lambda uow: uow.spending.usage(run.organization_id))
         spent = (
             f"{usage.billed_characters:,} of {usage.budget_characters or 0:,} characters "
             f"billed in {usage.month}, {usage.remaining_characters or 0:,} left"
         )
     except DatabaseUnavailable:
         spent = "the usage could not be read"
-    return (
+    run.over_budget = (
         f"over budget: {spent}; the next item needs {characters:,}. "
         "Unsent items stay pending: raise the budget and Retry."
     )
+    metrics.BUDGET_REFUSALS.labels(where="run").inc()
+    log.warning(
+        "budget refused a call job=%s attempt=%s item=%s characters=%s: %s",
+        run.job_id, run.attempt, item_id, characters, run.over_budget,
+    )  # fmt: skip

@@ -24,6 +24,7 @@ from speechbatch.adapters.providers.base import TTSProvider
 from speechbatch.adapters.repositories.slots import SlotRepository
 from speechbatch.adapters.uow import RunUowFactory
 from speechbatch.config import Settings
+from speechbatch.domain.editing import parse_options, spoken_text
 from speechbatch.domain.fingerprints import fingerprinter
 from speechbatch.errors import Fenced
 from speechbatch.runner.call import Calls
@@ -153,7 +154,7 @@ class Runner:
             self.worker_id()
             plan = self.tx(lambda uow: uow.runs.run_plan(run.job_id, run.attempt))
             run.voice, run.organization_id = plan.voice, plan.organization_id
-            run.regenerate = plan.regenerate
+            run.regenerate, run.options = plan.regenerate, parse_options(plan.options)
             work: queue.SimpleQueue[_Group] = queue.SimpleQueue()
             groups = self._groups(run, plan.items)
             for group in groups:
@@ -186,7 +187,7 @@ class Runner:
         fingerprint = fingerprinter(self.provider)
         groups: dict[str, _Group] = {}
         for item_id, text in items:
-            fp = fingerprint(run.organization_id, run.voice, text)
+            fp = fingerprint(run.organization_id, run.voice, spoken_text(text), run.options)
             groups.setdefault(fp, _Group(fp, [])).items.append((item_id, text))
         return list(groups.values())
 
@@ -255,7 +256,7 @@ class Runner:
                 if self._process_item(run, item_id, text, group.fingerprint):
                     source = item_id
                 continue
-            self.items.reuse_duplicate(run, item_id, source, group.fingerprint)
+            self.items.reuse_duplicate(run, item_id, source, group.fingerprint, spoken_text(text))
 
     def _process_item(self, run: Run, item_id: int, text: str, fingerprint: str) -> bool:
         """Start, call and finish one item; whether it ended DONE with audio."""
@@ -263,7 +264,7 @@ class Runner:
         if started is None:
             return False
         if started.reused_from is not None:
-            self.items.delete_orphan(started.orphaned_audio_path)
+            self.items.delete_orphans(started.orphaned_audio_paths)
             self.items.reused(run, item_id, started.reused_from)
             return True
         answer = self.calls.send(run, started)

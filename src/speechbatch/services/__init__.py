@@ -6,8 +6,10 @@ its concept (``jobs``, ``generation``, ``polls``, ``reads``, ``recovery``, ``use
 
 from speechbatch.adapters.repositories import UserRecord
 from speechbatch.adapters.uow import ReadScope
+from speechbatch.domain.editing import Selection
 from speechbatch.services.accounts import authenticate_token, create_token, hash_token
 from speechbatch.services.documents import DOCUMENT_SUFFIXES, import_document
+from speechbatch.services.editing import selection_from_query, selection_of
 from speechbatch.services.generation import RunStarter, start_generation
 from speechbatch.services.jobs import (
     MAX_ITEMS,
@@ -51,6 +53,7 @@ __all__ = [
     "Limits",
     "ReadScope",
     "RunStarter",
+    "Selection",
     "UserRecord",
     "authenticate_token",
     "create_admin",
@@ -76,6 +79,8 @@ __all__ = [
     "recover_all",
     "recover_stale",
     "reset_password",
+    "selection_from_query",
+    "selection_of",
     "start_generation",
     "texts_of",
     "validate_job",

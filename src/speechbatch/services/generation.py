@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 from typing import Any, Protocol
@@ -11,10 +12,12 @@ from speechbatch.adapters.providers.base import TTSProvider
 from speechbatch.adapters.repositories import UserRecord
 from speechbatch.adapters.uow import UowFactory, WriteUnit
 from speechbatch.config import Settings
+from speechbatch.domain.editing import Selection
 from speechbatch.errors import (
     AlreadyGenerating,
     NotFound,
     NothingToGenerate,
+    ValidationError,
 )
 from speechbatch.services.polls import _job_document
 from speechbatch.services.recovery import recover_stale
@@ -41,24 +44,27 @@ def start_generation(
     job_id: int,
     *,
     regenerate: bool = False,
+    selection: Selection | None = None,
 ) -> dict[str, Any]:
     """Claim a job (compare-and-set) and start its run in this process (or, when the
     runner has no worker id, leave it to the worker tier).
 
     Exactly one of any number of concurrent callers wins; the others get
-    AlreadyGenerating (or NothingToGenerate when every item is DONE already).
+    AlreadyGenerating (or NothingToGenerate when every item is DONE already). With a
+    ``selection`` the run is a regenerate of only those items (NothingToGenerate when
+    it picks none; ValidationError, nothing changed, when an id is not the job's).
     """
     worker_id = runner.worker_id()
-    claimed = _claim(
-        uow_factory, settings, runner, user, job_id, worker_id, regenerate, recovery_first=True
+    regenerate = regenerate or selection is not None
+    claim = functools.partial(
+        _claim, uow_factory, settings, runner, user, job_id, worker_id, regenerate, selection
     )
+    claimed = claim(recovery_first=True)
     if claimed is None:
         # A dead run must not block the admin's retry: recover first (through writers of
         # its own), then claim.
         recover_stale(uow_factory, settings, organization_id=user.organization_id, job_id=job_id)
-        claimed = _claim(
-            uow_factory, settings, runner, user, job_id, worker_id, regenerate, recovery_first=False
-        )
+        claimed = claim(recovery_first=False)
         assert claimed is not None
     attempt, view, reason = claimed
     if attempt is None:
@@ -84,6 +90,7 @@ def _claim(
     job_id: int,
     worker_id: int | None,
     regenerate: bool,
+    selection: Selection | None,
     *,
     recovery_first: bool,
 ) -> tuple[int | None, dict[str, Any] | None, str] | None:
@@ -104,13 +111,16 @@ def _claim(
         if recovery_first and head is not None and head.needs_recovery:
             return None
         check_budget(uow.spending, runner.provider, user, job_id, regenerate=regenerate)
-        attempt = uow.jobs.claim_job(
-            job_id,
-            user.organization_id,
-            regenerate=regenerate,
-            user_id=user.id,
-            worker_id=worker_id,
-        )
+        if selection is None:
+            attempt = uow.jobs.claim_job(
+                job_id,
+                user.organization_id,
+                regenerate=regenerate,
+                user_id=user.id,
+                worker_id=worker_id,
+            )
+        else:
+            attempt = _claim_selection(uow, user, job_id, worker_id, selection)
         if attempt is None:
             return None, None, uow.jobs.claim_refusal(job_id, user.organization_id)
         if worker_id is None:
@@ -121,6 +131,24 @@ def _claim(
         view = _claimed_view(uow, settings, user, job_id)
         uow.commit()
         return attempt, view, ""
+
+
+def _claim_selection(
+    uow: WriteUnit, user: UserRecord, job_id: int, worker_id: int | None, selection: Selection
+) -> int | None:
+    """The claim of a selective regenerate (see ``EditsRepository.claim_selection``);
+    raises, rolling it back, when it picks nothing or an id is not the job's."""
+    claimed = uow.edits.claim_selection(
+        job_id, user.organization_id, selection.items, user_id=user.id, worker_id=worker_id
+    )
+    if claimed is None:
+        return None
+    attempt, picked = claimed
+    if selection.items is not None and picked != len(set(selection.items)):
+        raise ValidationError("items names an item that is not one of this job's", field="items")
+    if picked == 0:
+        raise NothingToGenerate("no item is stale: nothing to regenerate")
+    return attempt
 
 
 def _claimed_view(

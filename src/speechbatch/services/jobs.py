@@ -10,6 +10,7 @@ from typing import Any
 
 from speechbatch.adapters.repositories import UserRecord
 from speechbatch.adapters.uow import UowFactory
+from speechbatch.domain.editing import OptionsError, clean_options, options_json
 from speechbatch.errors import (
     ValidationError,
 )
@@ -44,18 +45,7 @@ def _storable(text: str) -> bool:
 
 def _item_text(n: int, text: Any, limits: Limits) -> str:
     """Item ``n``'s trimmed text; raise ValidationError when it cannot be one."""
-    if not isinstance(text, str):
-        raise ValidationError(f"item {n} is not a text", field="items")
-    text = text.strip()
-    if not text:
-        raise ValidationError(f"item {n} is empty", field="items")
-    if len(text) > limits.max_chars:
-        raise ValidationError(
-            f"item {n} is longer than {limits.max_chars} characters", field="items"
-        )
-    if not _storable(text):
-        raise ValidationError(f"item {n} contains a NUL or an invalid character", field="items")
-    return text
+    return _clean_text(text, f"item {n}", "items", limits)
 
 
 def _item_key(n: int, key: Any, seen: set[str]) -> str:
@@ -115,6 +105,25 @@ def validate_job(title: Any, voice: Any, texts: Any, limits: Limits) -> tuple[st
     return *head, cleaned
 
 
+def _clean_text(text: Any, name: str, field: str, limits: Limits) -> str:
+    """One item's text trimmed and checked; ValidationError naming it otherwise."""
+    if not isinstance(text, str):
+        raise ValidationError(f"{name} is not a text", field=field)
+    text = text.strip()
+    if not text:
+        raise ValidationError(f"{name} is empty", field=field)
+    if len(text) > limits.max_chars:
+        raise ValidationError(f"{name} is longer than {limits.max_chars} characters", field=field)
+    if not _storable(text):
+        raise ValidationError(f"{name} contains a NUL or an invalid character", field=field)
+    return text
+
+
+def validate_text(text: Any, limits: Limits) -> str:
+    """An edited item's text, checked as at creation."""
+    return _clean_text(text, "text", "text", limits)
+
+
 def create_job(
     uow_factory: UowFactory,
     user: UserRecord,
@@ -122,14 +131,20 @@ def create_job(
     voice: Any,
     texts: Any,
     limits: Limits,
+    options: Any = None,
 ) -> int:
-    """Validate and store a new PENDING job; return its id."""
+    """Validate and store a new PENDING job (with its ``options``, None: none); return
+    its id."""
     title, voice = validate_head(title, voice, limits)
     cleaned, keys = validate_items(texts, limits)
+    try:
+        stored = options_json(clean_options({} if options is None else options))
+    except OptionsError as exc:
+        raise ValidationError(str(exc), field="options") from None
     with uow_factory() as uow:
         job_id = uow.jobs.create_job(
             user.organization_id, user.id, title, voice, cleaned,
-            keys=keys if any(keys) else None,
+            keys=keys if any(keys) else None, options=stored,
         )  # fmt: skip
         uow.commit()
     return job_id

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
 from collections.abc import Callable, Iterable
@@ -22,6 +23,7 @@ from speechbatch.adapters.read import (
     seen_version,
 )
 from speechbatch.adapters.read.documents import Document
+from speechbatch.adapters.read.statements import FLAG_SETS
 from speechbatch.adapters.repositories import UserRecord
 from speechbatch.adapters.uow import ReadScope, UowFactory
 from speechbatch.config import Settings
@@ -207,6 +209,15 @@ def read_job(
 
 
 MAX_ITEMS_PAGE = 1000
+# A search longer than any title finds nothing more.
+MAX_QUERY = 200
+
+
+def _digest(text: str) -> str:
+    """A short stable digest of a search (an ETag names it without quoting it)."""
+    return hashlib.blake2b(text.encode(), digest_size=6).hexdigest()
+
+
 DEFAULT_ITEMS_PAGE = 100
 DEFAULT_JOBS_PAGE = 50
 
@@ -237,15 +248,19 @@ def read_job_items(
     limit: int | None = None,
     if_none_match: Callable[[str], bool] = never_seen,
     seen_etags: Iterable[str] = (),
+    flag: str | None = None,
 ) -> Conditional:
-    """A page of a job's items in position order with their ``total`` (of that status),
-    after recovery, as a conditional read: ``{"items": [...], "total": int}``."""
+    """A page of a job's items in position order with their ``total`` (of that status,
+    or with that ``flag``: ``stale``, ``suspect`` or ``stale+suspect``), after recovery,
+    as a conditional read: ``{"items": [...], "total": int}``."""
+    if flag is not None and flag not in FLAG_SETS:
+        raise ValidationError("flag must be stale, suspect or both", field="flag")
     if status is not None and status not in ITEM_STATUSES:
         raise ValidationError("status must be PENDING, GENERATING, DONE or ERROR", field="status")
     offset = _bounded("offset", offset, 0, 0, None)
     limit = _bounded("limit", limit, DEFAULT_ITEMS_PAGE, 1, MAX_ITEMS_PAGE)
-    variant = f"-i{status or ''}-{offset}-{limit}"
-    wanted = ItemsPage(status, min(offset, MAX_OFFSET), limit)
+    variant = f"-i{status or ''}{flag or ''}-{offset}-{limit}"
+    wanted = ItemsPage(status, min(offset, MAX_OFFSET), limit, flag)
     poll = _poll(
         reads, uow_factory, settings, user, job_id,
         variant=variant, seen_etags=seen_etags, page=wanted,
@@ -257,9 +272,9 @@ def read_job_items(
         return Conditional(etag, None)
     page = poll.document
     if page is None:  # the client named this version but does not match it
-        page = reads.statement().views.items_json(
-            head.id, status=status, offset=wanted.offset, limit=limit
-        )
+        page = reads.statement().views.items_json(head.id, wanted)
+    if flag is not None:  # the flagged page's document carries its own total
+        return Conditional(etag, page)
     total = head.total if status is None else head.counts[status]
     return Conditional(etag, f'{{"items": {page}, "total": {total}}}')
 
@@ -274,9 +289,14 @@ def read_jobs(
     page: int | None = None,
     per_page: int | None = None,
     if_none_match: Callable[[str], bool] = never_seen,
+    q: str | None = None,
 ) -> Conditional:
     """A page of the organization's job summaries, newest first, after recovery:
-    ``{"jobs": [...], "total", "page", "per_page"}``, as a conditional read."""
+    ``{"jobs": [...], "total", "page", "per_page"}``, as a conditional read; ``q``
+    keeps the jobs whose title contains it (case-blind)."""
+    if q is not None and len(q) > MAX_QUERY:
+        raise ValidationError(f"q is longer than {MAX_QUERY} characters", field="q")
+    q = (q or "").strip() or None
     if status is not None and status not in JOB_STATUSES:
         raise ValidationError(
             "status must be PENDING, GENERATING, COMPLETED or FAILED", field="status"
@@ -294,13 +314,13 @@ def read_jobs(
         recover_stale(uow_factory, settings, organization_id=user.organization_id)
         reader = reads.reader()
     org, offset = user.organization_id, min((page - 1) * per_page, MAX_OFFSET)
-    variant = f"-{status or ''}-{page}-{per_page}"
-    stamp = reader.views.jobs_stamp(org, status=status, offset=offset, limit=per_page)
+    variant = f"-{status or ''}-{page}-{per_page}" + (f"-q{_digest(q)}" if q else "")
+    stamp = reader.views.jobs_stamp(org, status=status, offset=offset, limit=per_page, q=q)
     etag = stamp.etag(variant)
     if if_none_match(etag):
         return Conditional(etag, None)
     # The page comes with its own stamp: the ETag sent names the page sent.
-    found = reader.views.jobs_page(org, status=status, offset=offset, limit=per_page)
+    found = reader.views.jobs_page(org, status=status, offset=offset, limit=per_page, q=q)
     total = found.stamp.total
     body = f'{{"jobs": {found.document}, "total": {total}, "page": {page}, "per_page": {per_page}}}'
     return Conditional(found.stamp.etag(variant), body)

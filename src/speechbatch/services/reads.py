@@ -100,14 +100,16 @@ def get_items_page(
     offset: int = 0,
     limit: int = DEFAULT_ITEMS_PAGE,
     reads: ReadScope | None = None,
+    flag: str | None = None,
 ) -> dict[str, Any]:
     """A page of a job's items: ``{"items": [...], "total": int}``, after recovery; what
-    ``GET /api/jobs/ID/items`` answers."""
+    ``GET /api/jobs/ID/items`` answers (``flag``: only stale or suspect items)."""
     scope = _scope(uow_factory, reads)
     try:
         answer = read_job_items(
-            scope, uow_factory, settings, user, job_id, status=status, offset=offset, limit=limit
-        )
+            scope, uow_factory, settings, user, job_id,
+            status=status, offset=offset, limit=limit, flag=flag,
+        )  # fmt: skip
         return _document(answer)
     finally:
         if reads is None:
@@ -123,13 +125,22 @@ def list_jobs(
     page: int = 1,
     per_page: int | None = None,
     reads: ReadScope | None = None,
+    q: str | None = None,
 ) -> tuple[list[dict[str, Any]], int]:
-    """An organization's job summaries, newest first, after recovery; and the total."""
+    """An organization's job summaries (titles containing ``q``), newest first, after
+    recovery; and the total."""
     scope = _scope(uow_factory, reads)
     try:
         answer = _document(
             read_jobs(
-                scope, uow_factory, settings, user, status=status, page=page, per_page=per_page
+                scope,
+                uow_factory,
+                settings,
+                user,
+                status=status,
+                page=page,
+                per_page=per_page,
+                q=q,
             )
         )
     finally:

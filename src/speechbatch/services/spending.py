@@ -19,6 +19,7 @@ from speechbatch.adapters.repositories.ledger import Spending, Usage
 from speechbatch.adapters.storage import TEMP_PREFIX
 from speechbatch.adapters.uow import UowFactory
 from speechbatch.config import Settings
+from speechbatch.domain.editing import Selection, parse_options, spoken_text
 from speechbatch.domain.fingerprints import fingerprinter
 from speechbatch.errors import BudgetExceeded, NotFound, NotGenerating, ValidationError
 from speechbatch.services.ports import RunControl, Storage
@@ -66,20 +67,32 @@ def _plan(
     job_id: int,
     *,
     regenerate: bool,
+    selection: Selection | None = None,
 ) -> CallPlan:
     found = repo.job_items(job_id, user.organization_id)
     if found is None:
         raise NotFound("job not found")
-    voice, rows = found
     fingerprint = fingerprinter(provider)
+    options = parse_options(found.options)
+    rows = _selected(found.rows, selection) if selection is not None else found.rows
+    regenerate = regenerate or selection is not None
+    spoken = ((r, spoken_text(r.text)) for r in rows if regenerate or r.status != ItemStatus.DONE)
     requests = [
-        (r.text, fingerprint(user.organization_id, voice, r.text))
-        for r in rows
-        if regenerate or r.status != ItemStatus.DONE
+        (text, fingerprint(user.organization_id, found.voice, text, options)) for r, text in spoken
     ]
     # Regenerate never reuses earlier audio; it only sends identical texts once.
     existing = set() if regenerate else repo.reusable_fingerprints(fp for _, fp in requests)
     return plan_calls(requests, existing)
+
+
+def _selected(rows: list[Any], selection: Selection) -> list[Any]:
+    """The rows a selection picks (ValidationError when it names an item not the job's)."""
+    if selection.items is None:
+        return [r for r in rows if r.stale]
+    wanted = set(selection.items)
+    if not wanted <= {r.id for r in rows}:
+        raise ValidationError("items names an item that is not one of this job's", field="items")
+    return [r for r in rows if r.id in wanted]
 
 
 def price(settings: Settings, characters: int) -> dict[str, Any] | None:
@@ -98,10 +111,14 @@ def estimate(
     job_id: int,
     *,
     regenerate: bool = False,
+    selection: Selection | None = None,
 ) -> dict[str, Any]:
-    """What Generate/Retry (or Regenerate) would do now: calls, characters, reuse, price."""
+    """What Generate/Retry (or Regenerate, of every item or of a ``selection``) would do
+    now: calls, characters, reuse, price."""
     with uow_factory(read_only=True) as uow:
-        plan = _plan(uow.spending, provider, user, job_id, regenerate=regenerate)
+        plan = _plan(
+            uow.spending, provider, user, job_id, regenerate=regenerate, selection=selection
+        )
     return {
         "items": plan.calls,
         "characters": plan.characters,

@@ -10,11 +10,13 @@ export function jobPage(root) {
   var page = parseInt(root.dataset.page, 10) || 1;
   var perPage = parseInt(root.dataset.perPage, 10) || 100;
   var filter = root.dataset.filter || "";
+  var flag = root.dataset.flag || "";
   var etags = { summary: null, items: null };
 
   function itemsUrl() {
     var query = new URLSearchParams({ offset: String((page - 1) * perPage), limit: String(perPage) });
     if (filter) query.set("status", filter);
+    if (flag) query.set(flag, "1");
     return root.dataset.itemsUrl + "?" + query.toString();
   }
 
@@ -142,7 +144,8 @@ export function jobPage(root) {
       var tr = el("tr");
       tr.append(
         labelled("Run", "", run.attempt),
-        labelled("Kind", "", run.kind || ""),
+        labelled("Kind", "", (run.kind || "") +
+          (run.selected === null || run.selected === undefined ? "" : " · " + run.selected + " selected")),
         labelled("Started by", "",
           run.kind === "resume" ? "resumed automatically after a restart" : run.started_by || ""),
         labelled("Worker", "mono", run.worker || ""),
@@ -164,20 +167,51 @@ export function jobPage(root) {
   function newItemRow(item) {
     var row = el("tr");
     row.dataset.itemId = String(item.id);
+    var select = el("td", "cell-select");
+    var box = el("input");
+    box.type = "checkbox";
+    box.name = "items";
+    box.value = String(item.id);
+    box.setAttribute("form", "selection-form");
+    box.setAttribute("aria-label", "Select line " + item.position);
+    select.append(box);
     var text = el("td", "item-text");
     var clamp = el("div", "clamp", item.text);
     clamp.title = item.text;
     var error = el("p", "field-error item-error");
     error.hidden = true;
-    text.append(clamp, error);
-    row.append(el("td", "muted cell-id", item.position), text, el("td", "item-status"), el("td", "item-audio"));
+    var fix = el("a", "item-fix", "Edit · takes");
+    fix.href = "/jobs/" + root.dataset.jobId + "/items/" + item.id;
+    fix.setAttribute("aria-label", "Edit line " + item.position + ", listen to and restore its takes");
+    text.append(clamp, error, fix);
+    row.append(el("td", "muted cell-id", item.position), select, text, el("td", "item-status"), el("td", "item-audio"));
     return row;
+  }
+
+  function flags(item) {
+    var span = el("span", "item-flags");
+    if (item.stale) span.append(document.createTextNode(" "), el("span", "badge badge-stale", "stale"));
+    if (item.suspect) {
+      var suspect = el("span", "badge badge-suspect", "suspect");
+      suspect.title = item.suspect.replace("_", " ");
+      span.append(document.createTextNode(" "), suspect);
+    }
+    return span;
   }
 
   function renderItem(row, item) {
     var previous = row.dataset.status;
     row.dataset.status = item.status;
-    if (previous !== item.status) row.querySelector(".item-status").replaceChildren(badge(item.status));
+    var flagged = String(!!item.stale) + (item.suspect || "");
+    if (previous !== item.status || row.dataset.flags !== flagged) {
+      row.querySelector(".item-status").replaceChildren(badge(item.status), flags(item));
+      row.dataset.flags = flagged;
+    }
+    var clampText = row.querySelector(".item-text .clamp");
+    if (clampText.textContent !== item.text) {
+      clampText.textContent = item.text;
+      clampText.title = item.text;
+    }
     var error = row.querySelector(".item-error");
     error.textContent = item.error_message || "";
     error.hidden = !item.error_message;

@@ -11,6 +11,8 @@ def register_web(app: Flask, csrf: CSRFProtect, *, production: bool) -> None:
     from speechbatch.web import (
         api,
         context,
+        editing_api,
+        editing_pages,
         errors,
         exports_api,
         metrics_api,
@@ -33,6 +35,9 @@ def register_web(app: Flask, csrf: CSRFProtect, *, production: bool) -> None:
     csrf.exempt(renders_api.job_renders)  # require_user checks X-CSRFToken on session writes
     app.register_blueprint(usage.bp)
     csrf.exempt(usage.cancel)  # require_user checks X-CSRFToken on session writes
+    app.register_blueprint(editing_api.bp)
+    app.register_blueprint(editing_pages.bp)
+    csrf.exempt(editing_api.bp)  # require_user checks X-CSRFToken on session writes
     app.register_blueprint(tokens_api.bp)
     csrf.exempt(tokens_api.bp)  # require_user checks X-CSRFToken on session writes
     app.register_blueprint(webhooks_api.bp)

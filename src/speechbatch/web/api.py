@@ -9,6 +9,7 @@ from flask import Blueprint, Response, g, jsonify, request
 from flask_wtf.csrf import ValidationError as CSRFValidationError
 from flask_wtf.csrf import validate_csrf
 from werkzeug.wrappers import Response as BaseResponse
+from werkzeug.wrappers import Response as WerkzeugResponse
 
 from speechbatch import services as svc
 from speechbatch.errors import BadRequest, Unauthorized, ValidationError
@@ -138,6 +139,7 @@ def list_jobs() -> Response:
         page=_int_arg("page"),
         per_page=_int_arg("per_page"),
         if_none_match=_seen,
+        q=request.args.get("q"),
     )
     return _conditional(answer)
 
@@ -148,9 +150,12 @@ def create_job() -> tuple[Response, int]:
     """Create a PENDING job."""
     s = services()
     body = json_body()
+    if "options" in body and not isinstance(body["options"], dict):
+        raise ValidationError("options must be an object", field="options")
     job_id = svc.create_job(
-        s.uow_factory, current(), body.get("title"), body.get("voice"), body.get("items"), s.limits
-    )
+        s.uow_factory, current(), body.get("title"), body.get("voice"), body.get("items"),
+        s.limits, body.get("options", {}),
+    )  # fmt: skip
     return jsonify(svc.get_job(s.uow_factory, s.settings, current(), job_id)), 201
 
 
@@ -194,23 +199,52 @@ def get_job(job_id: int, who: UserRecord | svc.Bearer) -> Response:
 @bp.get("/api/jobs/<int:job_id>/items")
 @poller
 def job_items(job_id: int, who: UserRecord | svc.Bearer) -> Response:
-    """A page of a job's items (``status``, ``offset``, ``limit``) with the total."""
+    """A page of a job's items (``status``, ``offset``, ``limit``; ``stale=1`` or
+    ``suspect=1``) with the total."""
     s = services()
+    flags = [flag for flag in ("stale", "suspect") if flag_arg(flag)]
     answer = svc.read_job_items(
         reads(), s.uow_factory, s.settings, who, job_id,
         status=request.args.get("status") or None,
         offset=_int_arg("offset"), limit=_int_arg("limit"),
-        if_none_match=_seen, seen_etags=_seen_etags(),
+        if_none_match=_seen, seen_etags=_seen_etags(), flag="+".join(flags) or None,
     )  # fmt: skip
     return _conditional(answer)
 
 
-def _generate(job_id: int, regenerate: bool) -> tuple[Response, int]:
+def flag_arg(name: str) -> bool:
+    """A yes/no query parameter: ``1`` or ``0`` (absent: no); 422 for anything else."""
+    raw = request.args.get(name)
+    if raw is None or raw == "0":
+        return False
+    if raw == "1":
+        return True
+    raise ValidationError(f"{name} must be 1 or 0", field=name)
+
+
+def _generate(
+    job_id: int, regenerate: bool, selection: svc.Selection | None = None
+) -> tuple[Response, int]:
     s = services()
     view = svc.start_generation(
-        s.uow_factory, s.settings, s.run_control, current(), job_id, regenerate=regenerate
-    )
+        s.uow_factory, s.settings, s.run_control, current(), job_id,
+        regenerate=regenerate, selection=selection,
+    )  # fmt: skip
     return jsonify(view), 202
+
+
+def _selection() -> svc.Selection | None:
+    """A regenerate's optional body: ``{"items": [ITEM...]}`` or ``{"stale": true}``."""
+    if not request.get_data(cache=True).strip():
+        return None
+    body = json_body()
+    if "items" in body and "stale" in body:
+        raise ValidationError("give items or stale, not both", field="items")
+    if "items" in body and body["items"] is None:
+        raise ValidationError("items must be a list of item ids", field="items")
+    if "stale" in body and not isinstance(body["stale"], bool):
+        raise ValidationError("stale must be true or false", field="stale")
+    return svc.selection_of(body.get("items"), body.get("stale", False))
 
 
 @bp.post("/api/jobs/<int:job_id>/generate")
@@ -223,8 +257,8 @@ def generate(job_id: int) -> tuple[Response, int]:
 @bp.post("/api/jobs/<int:job_id>/regenerate")
 @require_user
 def regenerate(job_id: int) -> tuple[Response, int]:
-    """Claim the job and send every item again."""
-    return _generate(job_id, regenerate=True)
+    """Claim the job and send every item again, or only a selection of them."""
+    return _generate(job_id, regenerate=True, selection=_selection())
 
 
 @bp.get("/api/jobs/<int:job_id>/items/<int:item_id>/audio")
@@ -233,10 +267,16 @@ def item_audio(job_id: int, item_id: int) -> BaseResponse:
     """An item's audio bytes."""
     s = services()
     key = svc.item_audio_key(s.uow_factory, current(), job_id, item_id, reads=reads())
+    return send_audio(key, f"job{job_id}-item{item_id}")
+
+
+def send_audio(key: str, name: str) -> WerkzeugResponse:
+    """A stored audio file, downloaded as ``name`` with the provider's extension."""
+    s = services()
     return stored_file(
         s,
         key,
         mimetype=s.provider.content_type,
-        download_name=f"job{job_id}-item{item_id}.{s.provider.file_extension}",
+        download_name=f"{name}.{s.provider.file_extension}",
         missing="the audio file is missing",
     )

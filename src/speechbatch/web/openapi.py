@@ -11,6 +11,7 @@ from typing import Any
 
 from flask import Blueprint, Response, jsonify
 
+from speechbatch.domain.editing import MAX_INSTRUCTIONS, MAX_SPEED, MIN_SPEED
 from speechbatch.domain.statuses import ExportStatus, ItemStatus, JobStatus, RunOutcome, values
 from speechbatch.services import MAX_ITEMS, MAX_TITLE, Limits
 from speechbatch.services.accounts import MAX_TOKEN_NAME
@@ -43,6 +44,16 @@ def _nullable(schema: dict[str, Any]) -> dict[str, Any]:
     return {"anyOf": [schema, {"type": "null"}]}
 
 
+def _query(name: str, description: str, schema: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "name": name,
+        "in": "query",
+        "required": False,
+        "description": description,
+        "schema": schema,
+    }
+
+
 def _obj(required: dict[str, Any], optional: dict[str, Any] | None = None) -> dict[str, Any]:
     """An object schema; extra properties are allowed (answers may grow, never shrink)."""
     return {
@@ -62,9 +73,33 @@ ID = {"type": "integer", "minimum": 1}
 PROGRESS = _obj(
     {
         key: {"type": "integer", "minimum": 0}
-        for key in ("total", "pending", "generating", "done", "error")
+        for key in ("total", "pending", "generating", "done", "error", "stale", "suspect")
     }
 )
+# Editing (issue 29): quality verdicts, job options, selections, flags and search.
+SUSPECTS = ["silent", "too_short", "too_long"]
+NO_NUL = "^[^\\u0000]*$"
+OPTIONS = {
+    "type": "object",
+    "properties": {
+        "speed": {"type": "number", "minimum": MIN_SPEED, "maximum": MAX_SPEED},
+        "instructions": {"type": "string", "maxLength": MAX_INSTRUCTIONS, "pattern": NO_NUL},
+    },
+    "additionalProperties": False,
+}
+FLAG_QUERY = [
+    _query(flag, f"`1`: only {flag} items (not with `status`).", {"enum": ["0", "1"]})
+    for flag in ("stale", "suspect")
+]
+SELECTION_QUERY = [
+    _query(
+        "items",
+        "Comma-separated item ids: estimate a regenerate of only those items.",
+        {"type": "string", "pattern": "^[1-9][0-9]{0,17}(,[1-9][0-9]{0,17})*$"},
+    ),
+    _query("stale", "`1`: estimate a regenerate of the stale items.", {"enum": ["0", "1"]}),
+]
+SEARCH = {"type": "string", "maxLength": 200}
 JOB_FIELDS = {
     "id": ID,
     "title": {"type": "string"},
@@ -77,6 +112,7 @@ JOB_FIELDS = {
     "started_at": _nullable(TIMESTAMP),
     "finished_at": _nullable(TIMESTAMP),
     "chapters": {"type": "array", "items": _ref("Chapter")},
+    "options": _ref("Options"),
     "progress": _ref("Progress"),
 }
 SCHEMAS: dict[str, Any] = {
@@ -107,6 +143,9 @@ SCHEMAS: dict[str, Any] = {
             "error_message": _nullable({"type": "string"}),
             "audio_url": _nullable({"type": "string", "pattern": "^/api/"}),
             "reused": {"type": "boolean"},
+            "stale": {"type": "boolean"},
+            "duration_seconds": _nullable({"type": "number", "minimum": 0}),
+            "suspect": _nullable({"enum": SUSPECTS}),
             "updated_at": TIMESTAMP,
         },
     ),
@@ -115,6 +154,7 @@ SCHEMAS: dict[str, Any] = {
             "attempt": {"type": "integer", "minimum": 1},
             "kind": {"enum": RUN_KINDS},
             "outcome": {"enum": RUN_OUTCOMES},
+            "selected": _nullable({"type": "integer", "minimum": 0}),
             "started_at": TIMESTAMP,
             "finished_at": _nullable(TIMESTAMP),
             "error_message": _nullable({"type": "string"}),
@@ -243,6 +283,7 @@ def _new_job(limits: Limits) -> dict[str, Any]:
                 "maxItems": MAX_ITEMS,
                 "items": {"anyOf": [text, keyed]},
             },
+            "options": OPTIONS,
         },
         "required": ["title", "voice", "items"],
     }
@@ -313,16 +354,6 @@ def _path_id(name: str, what: str) -> dict[str, Any]:
     }
 
 
-def _query(name: str, description: str, schema: dict[str, Any]) -> dict[str, Any]:
-    return {
-        "name": name,
-        "in": "query",
-        "required": False,
-        "description": description,
-        "schema": schema,
-    }
-
-
 JOB_ID = _path_id("job_id", "job")
 JOB_LINKS = {
     name: "job_id"
@@ -376,6 +407,17 @@ def _start(operation_id: str, summary: str, conflicts: str) -> dict[str, Any]:
     }
 
 
+def _with_body(path: dict[str, Any], schema_name: str, statuses: tuple[int, ...]) -> dict[str, Any]:
+    """``path``'s POST with an optional JSON body and more error statuses."""
+    post = dict(path["post"])
+    post["requestBody"] = {
+        "required": False,
+        "content": {"application/json": {"schema": _ref(schema_name)}},
+    }
+    post["responses"] = {**post["responses"], **_errors(*statuses)}
+    return {**path, "post": post}
+
+
 PATHS: dict[str, Any] = {
     "/api/openapi.json": {
         "get": _operation(
@@ -408,6 +450,7 @@ PATHS: dict[str, Any] = {
             },
             parameters=[
                 _query("status", "Only jobs in this state.", {"enum": JOB_STATUSES}),
+                _query("q", "Only jobs whose title contains this (case-blind).", SEARCH),
                 _query("page", "Page number, from 1.", {"type": "integer", "minimum": 1}),
                 _query(
                     "per_page",
@@ -470,10 +513,16 @@ PATHS: dict[str, Any] = {
         "Claim the job and send every item that is not DONE.",
         "409 `already_generating`, `nothing_to_generate` (every item DONE) or `budget_exceeded`.",
     ),
-    "/api/jobs/{job_id}/regenerate": _start(
-        "regenerateJob",
-        "Claim the job and send every item again (each is billed again).",
-        "409 `already_generating` or `budget_exceeded`.",
+    "/api/jobs/{job_id}/regenerate": _with_body(
+        _start(
+            "regenerateJob",
+            "Claim the job and send every item again (each is billed again), or only the"
+            " items of an optional selection.",
+            "409 `already_generating`, `budget_exceeded`, or `nothing_to_generate` (no item"
+            " is stale); 422 when `items` names an item that is not the job's.",
+        ),
+        "Selection",
+        (422,),
     ),
     "/api/jobs/{job_id}/cancel": {
         "parameters": [JOB_ID],
@@ -488,14 +537,15 @@ PATHS: dict[str, Any] = {
         "get": _operation(
             "estimateJob",
             "What Generate (or Regenerate) would send and bill now.",
-            {"200": _json("Estimate", "The estimate."), **_errors(401, 404)},
+            {"200": _json("Estimate", "The estimate."), **_errors(401, 404, 422)},
             parameters=[
                 _query(
                     "regenerate",
                     "`1` (or `true`, `yes`) estimates Regenerate; absent or any other value,"
                     " Generate.",
                     {"type": "string"},
-                )
+                ),
+                *SELECTION_QUERY,
             ],
         ),
     },
@@ -511,6 +561,7 @@ PATHS: dict[str, Any] = {
             },
             parameters=[
                 _query("status", "Only items in this state.", {"enum": ITEM_STATUSES}),
+                *FLAG_QUERY,
                 _query("offset", "Items to skip.", {"type": "integer", "minimum": 0}),
                 _query(
                     "limit",
@@ -611,6 +662,110 @@ PATHS: dict[str, Any] = {
 }
 
 
+ITEM_ID = _path_id("item_id", "item")
+TAKE = {**_path_id("take", "take"), "description": "The take's number (from 1)."}
+AUDIO = {
+    "description": "The audio bytes.",
+    "content": {"audio/mpeg": {"schema": {"type": "string", "format": "binary"}}},
+}
+EDIT_SCHEMAS: dict[str, Any] = {
+    "Options": OPTIONS,
+    # Either the items to send or every stale one, never both.
+    "Selection": {
+        "type": "object",
+        "properties": {
+            "items": {
+                "type": "array",
+                "minItems": 1,
+                "maxItems": MAX_ITEMS,
+                "items": {**ID, "maximum": 2**63 - 1},
+            },
+            "stale": {"type": "boolean"},
+        },
+        "not": {"required": ["items", "stale"]},
+    },
+    "JobChange": {
+        "type": "object",
+        "properties": {"voice": {"type": "string"}, "options": OPTIONS},
+        "minProperties": 1,
+        "additionalProperties": False,
+    },
+    "Take": _obj(
+        {
+            "take": {"type": "integer", "minimum": 1},
+            "text": {"type": "string"},
+            "spoken_text": {"type": "string"},
+            "voice": {"type": "string"},
+            "audio_url": {"type": "string", "pattern": "^/api/"},
+            "duration_seconds": _nullable({"type": "number", "minimum": 0}),
+            "reused": {"type": "boolean"},
+            "created_at": TIMESTAMP,
+            "current": {"type": "boolean"},
+        }
+    ),
+    "TakeList": _obj({"takes": {"type": "array", "items": _ref("Take")}}),
+}
+
+
+def edit_paths(limits: Limits) -> dict[str, Any]:
+    """Editing: a line's text, its takes, the job's voice and options, deleting the job."""
+    text = {"type": "string", "maxLength": limits.max_chars, "pattern": NOT_BLANK}
+    item_edit = {"type": "object", "properties": {"text": text}, "required": ["text"]}
+    change = {**EDIT_SCHEMAS["JobChange"]}
+    change["properties"] = {**change["properties"], "voice": {"enum": list(limits.voices)}}
+    return {
+        "/api/jobs/{job_id}": {
+            **PATHS["/api/jobs/{job_id}"],
+            "patch": _operation(
+                "changeJob",
+                "Change the job's voice and/or options; its items with audio become stale.",
+                {"200": _json("Job", "The job."), **_errors(400, 401, 404, 405, 409, 422)},
+            )
+            | {"requestBody": _body(change)},
+            "delete": _operation(
+                "deleteJob",
+                "Delete a job that is not GENERATING, with its items, runs and takes.",
+                {"204": {"description": "Deleted."}, **_errors(400, 401, 404, 405, 409)},
+            ),
+        },
+        "/api/jobs/{job_id}/items/{item_id}": {
+            "parameters": [JOB_ID, ITEM_ID],
+            "patch": _operation(
+                "editItem",
+                "Give an item a new text: PENDING, its current audio kept and stale.",
+                {"200": _json("Job", "The job."), **_errors(400, 401, 404, 405, 409, 422)},
+            )
+            | {"requestBody": _body(item_edit)},
+        },
+        "/api/jobs/{job_id}/items/{item_id}/takes": {
+            "parameters": [JOB_ID, ITEM_ID],
+            "get": _operation(
+                "listTakes",
+                "The item's kept takes, newest first.",
+                {"200": _json("TakeList", "The takes."), **_errors(401, 404)},
+            ),
+        },
+        "/api/jobs/{job_id}/items/{item_id}/takes/{take}/restore": {
+            "parameters": [JOB_ID, ITEM_ID, TAKE],
+            "post": _operation(
+                "restoreTake",
+                "Make a kept take the item's audio (and text) again, without a provider call.",
+                {"200": _json("Job", "The job."), **_errors(400, 401, 404, 409)},
+            ),
+        },
+        "/api/jobs/{job_id}/items/{item_id}/takes/{take}/audio": {
+            "parameters": [JOB_ID, ITEM_ID, TAKE],
+            "get": _operation(
+                "getTakeAudio", "A kept take's audio.", {"200": AUDIO, **_errors(401, 404)}
+            ),
+        },
+    }
+
+
+def _body(schema: dict[str, Any]) -> dict[str, Any]:
+    return {"required": True, "content": {"application/json": {"schema": schema}}}
+
+
 def document(limits: Limits) -> dict[str, Any]:
     """The OpenAPI 3.1 document of every ``/api/`` call, for the configured provider."""
     from speechbatch.web import openapi_renders  # it builds on this module's helpers
@@ -627,10 +782,11 @@ def document(limits: Limits) -> dict[str, Any]:
                 'Errors are `{"error": {"code", "message"}}`.'
             ),
         },
-        "paths": {**PATHS, **openapi_renders.PATHS, **webhook_paths()},
+        "paths": {**PATHS, **edit_paths(limits), **openapi_renders.PATHS, **webhook_paths()},
         "components": {
             "schemas": {
                 **SCHEMAS,
+                **EDIT_SCHEMAS,
                 **openapi_renders.SCHEMAS,
                 **WEBHOOK_SCHEMAS,
                 "NewJob": _new_job(limits),

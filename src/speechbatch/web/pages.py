@@ -40,6 +40,8 @@ STATUSES = (JobStatus.PENDING, JobStatus.GENERATING, JobStatus.COMPLETED, JobSta
 ITEMS_PER_PAGE = 100
 ITEM_STATUSES = (ItemStatus.PENDING, ItemStatus.GENERATING, ItemStatus.DONE, ItemStatus.ERROR)
 POLL_INTERVAL_MS = 1500
+# The job page's filters by flag (stale and suspect items).
+ITEM_FLAGS = ("stale", "suspect")
 
 PageResponse = Response | str | tuple[str, int]
 
@@ -281,6 +283,8 @@ def job(job_id: int) -> PageResponse:
     """One job: a page of its items with players, live progress, run history, the buttons."""
     s = services()
     status = _status_arg(ITEM_STATUSES)
+    flag = request.args.get("flag") if request.args.get("flag") in ITEM_FLAGS else None
+    status = None if flag else status
     page = _int_arg("page", 1)
     # The summary and the one page of items on screen: never the whole job, so the page
     # costs the same for 10 or 5,000 items (static/job-page.js then polls the same two reads).
@@ -289,12 +293,14 @@ def job(job_id: int) -> PageResponse:
     items = svc.get_items_page(
         s.uow_factory, s.settings, current(), job_id,
         status=status, offset=(page - 1) * ITEMS_PER_PAGE, limit=ITEMS_PER_PAGE, reads=reads(),
+        flag=flag,
     )  # fmt: skip
     items.update(
         page=page,
         pages=_pages(items["total"], ITEMS_PER_PAGE),
         per_page=ITEMS_PER_PAGE,
         status=status,
+        flag=flag,
     )
     from speechbatch.web.usage import job_estimates
 

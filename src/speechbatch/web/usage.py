@@ -17,7 +17,7 @@ from speechbatch import services as svc
 from speechbatch.domain.statuses import JobStatus
 from speechbatch.errors import NotGenerating
 from speechbatch.services import spending
-from speechbatch.web.api import current, require_user
+from speechbatch.web.api import current, flag_arg, require_user
 from speechbatch.web.context import services
 from speechbatch.web.pages import current as page_user
 from speechbatch.web.pages import login_required
@@ -39,12 +39,20 @@ def cancel(job_id: int) -> Response:
 @bp.get("/api/jobs/<int:job_id>/estimate")
 @require_user
 def estimate(job_id: int) -> Response:
-    """What Generate/Retry (or ``?regenerate=1``, Regenerate) would send and cost now."""
+    """What Generate/Retry (or ``?regenerate=1``, Regenerate; ``?items=3,5,8`` or
+    ``?stale=1``, a selection) would send and cost now."""
     s = services()
     regenerate = request.args.get("regenerate", "").strip().lower() in ("1", "true", "yes")
+    selection = svc.selection_from_query(request.args.get("items"), flag_arg("stale"))
     return jsonify(
         spending.estimate(
-            s.uow_factory, s.settings, s.provider, current(), job_id, regenerate=regenerate
+            s.uow_factory,
+            s.settings,
+            s.provider,
+            current(),
+            job_id,
+            regenerate=regenerate,
+            selection=selection,
         )
     )
 

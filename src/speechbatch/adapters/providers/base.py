@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from contextvars import ContextVar
-from typing import Protocol
+from typing import Any, Protocol
 
 
 class ProviderError(Exception):
@@ -67,6 +67,7 @@ class TTSProvider(Protocol):
     content_type: str
     file_extension: str
 
-    def synthesize(self, text: str, voice: str) -> bytes:
-        """Make one provider call (no retries) and return the audio bytes."""
+    def synthesize(self, text: str, voice: str, options: Mapping[str, Any] | None = None) -> bytes:
+        """Make one provider call (no retries) and return the audio bytes; ``options``
+        are the job's (``speed``, ``instructions``), which a provider honours as it can."""
         ...

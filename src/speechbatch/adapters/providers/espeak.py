@@ -4,17 +4,24 @@ from __future__ import annotations
 
 import ctypes
 import threading
+from collections.abc import Mapping
+from typing import Any
 
 import espeakng_loader
 
 from speechbatch.adapters.providers.base import PermanentProviderError
 from speechbatch.adapters.providers.mp3 import encode_mp3
+from speechbatch.domain.editing import speed_of
 
 # Constants from speak_lib.h.
 _AUDIO_OUTPUT_SYNCHRONOUS = 2
 _POS_CHARACTER = 1
 _ESPEAK_CHARS_UTF8 = 1
 _EE_OK = 0
+_ESPEAK_RATE = 1  # espeakRATE: words per minute, 80-450 (175 by default)
+_DEFAULT_RATE = 175
+_MIN_RATE = 80
+_MAX_RATE = 450
 
 _SynthCallback = ctypes.CFUNCTYPE(
     ctypes.c_int, ctypes.POINTER(ctypes.c_short), ctypes.c_int, ctypes.c_void_p
@@ -50,6 +57,8 @@ def _library() -> ctypes.CDLL:
         lib.espeak_SetSynthCallback.argtypes = [_SynthCallback]
         lib.espeak_SetSynthCallback.restype = None
         lib.espeak_SetVoiceByName.argtypes = [ctypes.c_char_p]
+        lib.espeak_SetParameter.argtypes = [ctypes.c_int, ctypes.c_int, ctypes.c_int]
+        lib.espeak_SetParameter.restype = ctypes.c_int
         lib.espeak_SetVoiceByName.restype = ctypes.c_int
         lib.espeak_Synth.argtypes = [
             ctypes.c_void_p,
@@ -75,13 +84,16 @@ def _library() -> ctypes.CDLL:
     return _lib
 
 
-def _synthesize_pcm(text: str, voice: str) -> tuple[bytes, int]:
+def _synthesize_pcm(text: str, voice: str, speed: float = 1.0) -> tuple[bytes, int]:
     """Return mono int16 PCM (native byte order) and its sample rate."""
     data = text.encode("utf-8")
+    words_per_minute = round(min(_MAX_RATE, max(_MIN_RATE, _DEFAULT_RATE * speed)))
     with _lock:
         lib = _library()
         if lib.espeak_SetVoiceByName(voice.encode("utf-8")) != _EE_OK:
             raise PermanentProviderError(f"espeak-ng has no voice {voice!r}")
+        # The rate is the library's global state: set on every call, under the lock.
+        lib.espeak_SetParameter(_ESPEAK_RATE, words_per_minute, 0)
         _chunks.clear()
         try:
             status = lib.espeak_Synth(
@@ -108,11 +120,16 @@ class EspeakProvider:
     content_type = "audio/mpeg"
     file_extension = "mp3"
 
-    def synthesize(self, text: str, voice: str) -> bytes:
-        """Speak ``text`` with ``voice`` and return MP3 bytes (one call, no retries)."""
+    def synthesize(self, text: str, voice: str, options: Mapping[str, Any] | None = None) -> bytes:
+        """Speak ``text`` with ``voice`` and return MP3 bytes (one call, no retries);
+        ``options["speed"]`` scales the speaking rate, ``instructions`` are ignored."""
         if voice not in self.voices:
             raise PermanentProviderError(f"unknown voice {voice!r} for provider espeak")
-        pcm, rate = _synthesize_pcm(text, voice)
+        pcm, rate = _synthesize_pcm(text, voice, speed_of(options or {}))
+        # Text that speaks nothing (only punctuation, say) still gets a playable file:
+        # a tenth of a second of silence rather than an empty or invalid MP3.
+        if len(pcm) < rate // 10 * 2:
+            pcm += bytes(rate // 10 * 2 - len(pcm))
         return encode_mp3(pcm, rate)
 
     def __repr__(self) -> str:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from email.utils import parsedate_to_datetime
 from typing import Any
 
@@ -146,7 +146,7 @@ class OpenAIProvider:
             message = message.replace(self._api_key, "***")
         return message
 
-    def _post(self, body: dict[str, str]) -> Response:
+    def _post(self, body: dict[str, Any]) -> Response:
         """Send the request once; a transport failure becomes a ProviderError."""
         try:
             return self._session().post(self.url, json=body, timeout=self.timeout_seconds)
@@ -168,11 +168,20 @@ class OpenAIProvider:
         finally:
             self._local.last_used = time.monotonic()
 
-    def synthesize(self, text: str, voice: str) -> bytes:
+    def synthesize(self, text: str, voice: str, options: Mapping[str, Any] | None = None) -> bytes:
         """POST the text once and return the MP3 bytes, or raise a ProviderError."""
         if voice not in self.voices:
             raise PermanentProviderError(f"unknown voice {voice!r} for provider openai")
-        body = {"model": self.model, "input": text, "voice": voice, "response_format": "mp3"}
+        body: dict[str, Any] = {
+            "model": self.model,
+            "input": text,
+            "voice": voice,
+            "response_format": "mp3",
+        }
+        # Sent only when the job sets them, as the API's defaults are what "unset" means.
+        for name in ("speed", "instructions"):
+            if options and options.get(name) is not None:
+                body[name] = options[name]
         response = self._post(body)
         status = response.status_code
         if status == 200:

@@ -18,7 +18,7 @@ import importlib
 import importlib.metadata
 import logging
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -27,6 +27,7 @@ import numpy as np
 
 from speechbatch.adapters.providers.base import PermanentProviderError
 from speechbatch.adapters.providers.mp3 import encode_mp3
+from speechbatch.domain.editing import speed_of
 
 log = logging.getLogger(__name__)
 
@@ -140,9 +141,10 @@ class PiperProvider:
         samples = np.concatenate(parts) if parts else np.zeros(0, dtype=np.float32)
         return (samples * 32767).astype("<i2").tobytes(), rate
 
-    def synthesize(self, text: str, voice: str, speed: float | None = None) -> bytes:
-        """Speak ``text`` with ``voice`` and return MP3 bytes (one call, no retries)."""
-        pcm, rate = self.synthesize_pcm(text, voice, speed)
+    def synthesize(self, text: str, voice: str, options: Mapping[str, Any] | None = None) -> bytes:
+        """Speak ``text`` with ``voice`` and return MP3 bytes (one call, no retries);
+        ``options["speed"]`` scales the speaking rate, ``instructions`` are ignored."""
+        pcm, rate = self.synthesize_pcm(text, voice, speed_of(options or {}))
         return encode_mp3(pcm, rate)
 
     def __repr__(self) -> str:

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import random
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
+from typing import Any
 
 import requests
 
@@ -43,6 +44,7 @@ def synthesize_with_retries(
     sleep: Callable[[float], None] = time.sleep,
     rand: Callable[[], float] = random.random,
     on_result: Callable[[str, float], None] | None = None,
+    options: Mapping[str, Any] | None = None,
 ) -> bytes:
     """Call ``provider.synthesize`` up to ``max_attempts`` times and return the audio.
 
@@ -61,7 +63,7 @@ def synthesize_with_retries(
         before_attempt(attempt)
         started = time.monotonic()
         try:
-            audio = provider.synthesize(text, voice)
+            audio = provider.synthesize(text, voice, options)
         except RetryableProviderError as exc:
             if on_result is not None:
                 on_result(_label(exc), time.monotonic() - started)

@@ -43,11 +43,18 @@ from speechbatch.adapters.repositories.tables import (
 from speechbatch.adapters.repositories.tokens import last_use_due, token_accepted
 
 ITEM_STATUSES = tuple(ItemStatus)
+# An items page shows every item, those of one status, or those with a flag.
+ITEM_FLAGS = ("stale", "suspect")
+# Flags combine with "+" (both), and a flagged page may also be of one status.
+FLAG_SETS = (*ITEM_FLAGS, "+".join(ITEM_FLAGS))
+PAGE_FILTERS = ("all", "status", *FLAG_SETS, *(f"{flags}:status" for flags in FLAG_SETS))
+# The SQL condition of each flag on an item ``i`` (each has a partial index).
+_FLAG_SQL = {"stale": "i.stale", "suspect": "i.suspect IS NOT NULL"}
 
 
 @functools.cache
 def poll_statement(
-    dialect: str, by_token: bool, with_items: bool, filtered_page: bool | None
+    dialect: str, by_token: bool, with_items: bool, page_filter: str | None
 ) -> Select[Any]:
     """The poll's one statement (see ``JobViews.poll_job``), built once per shape.
 
@@ -57,7 +64,7 @@ def poll_statement(
     a job that exists for them and whose version is not the one the client has.
     """
     sql = statements(dialect)
-    document_sql = sql.job[with_items] if filtered_page is None else sql.items_page[filtered_page]
+    document_sql = sql.job[with_items] if page_filter is None else sql.items_page[page_filter]
     document = document_sql.columns(column("doc")).scalar_subquery()
     head = head_statement(True, by_token)
     return head.add_columns(
@@ -157,20 +164,23 @@ class Statements:
     """
 
     job: dict[bool, TextClause]
-    items_page: dict[bool, TextClause]
-    jobs_stamp: dict[bool, TextClause]
-    jobs_page: dict[bool, TextClause]
+    # Keyed by the page's filter: "all", "status", or a flag ("stale", "suspect").
+    items_page: dict[str, TextClause]
+    # Keyed by (filtered by status, searched by title).
+    jobs_stamp: dict[tuple[bool, bool], TextClause]
+    jobs_page: dict[tuple[bool, bool], TextClause]
 
 
 @functools.cache
 def statements(dialect: str) -> Statements:
     pg = dialect == "postgresql"
     flags = (True, False)
+    lists = [(f, q) for f in flags for q in flags]
     return Statements(
         job={f: text(_job_sql(pg, f)) for f in flags},
-        items_page={f: text(_items_sql(pg, f)) for f in flags},
-        jobs_stamp={f: text(_jobs_stamp_sql(pg, f)) for f in flags},
-        jobs_page={f: text(_jobs_sql(pg, f)) for f in flags},
+        items_page={f: text(_items_sql(pg, f)) for f in PAGE_FILTERS},
+        jobs_stamp={k: text(_jobs_stamp_sql(pg, *k)) for k in lists},
+        jobs_page={k: text(_jobs_sql(pg, *k)) for k in lists},
     )
 
 
@@ -213,9 +223,13 @@ def _embed(pg: bool, array: str) -> str:
 
 def _summary_pairs(pg: bool) -> list[tuple[str, str]]:
     total = " + ".join(f"j.{c.key}" for c in COUNTERS.values())
+    flagged = [
+        (flag, f"(SELECT count(*) FROM items i WHERE i.job_id = j.id AND {_FLAG_SQL[flag]})")
+        for flag in ITEM_FLAGS
+    ]
     progress = _obj(
         pg,
-        [("total", total)] + [(s.lower(), f"j.{COUNTERS[s].key}") for s in ITEM_STATUSES],
+        [("total", total)] + [(s.lower(), f"j.{COUNTERS[s].key}") for s in ITEM_STATUSES] + flagged,
     )
     return [
         ("id", "j.id"),
@@ -228,6 +242,7 @@ def _summary_pairs(pg: bool) -> list[tuple[str, str]]:
         ("updated_at", _ts(pg, "j.updated_at")),
         ("started_at", _ts(pg, "j.started_at")),
         ("finished_at", _ts(pg, "j.finished_at")),
+        ("options", "j.options::json" if pg else "json(j.options)"),
         ("chapters", _embed(pg, _array(pg, _chapter_document(pg), _CHAPTER_ROWS, 'ch."index"'))),
         ("progress", progress),
     ]
@@ -280,6 +295,9 @@ def _item_document(pg: bool) -> str:
             ("error_message", "i.error_message"),
             ("audio_url", audio),
             ("reused", _bool(pg, "i.reused")),
+            ("stale", _bool(pg, "i.stale")),
+            ("duration_seconds", "i.duration_seconds"),
+            ("suspect", "i.suspect"),
             ("updated_at", _ts(pg, "i.updated_at")),
         ],
     )
@@ -300,6 +318,7 @@ def _job_sql(pg: bool, with_items: bool) -> str:
             ("attempt", "r.attempt"),
             ("kind", "r.kind"),
             ("outcome", "r.outcome"),
+            ("selected", "r.selected"),
             ("started_at", _ts(pg, "r.started_at")),
             ("finished_at", _ts(pg, "r.finished_at")),
             ("error_message", "r.error_message"),
@@ -328,27 +347,40 @@ def _job_sql(pg: bool, with_items: bool) -> str:
     return f"SELECT {_text(pg, _obj(pg, pairs))} FROM jobs j WHERE j.id = :job_id"
 
 
-def _items_sql(pg: bool, filtered: bool) -> str:
-    where = "i.job_id = :job_id" + (" AND i.status = :status" if filtered else "")
+def _items_sql(pg: bool, page_filter: str) -> str:
+    """A page of items as a JSON array; for a flag, ``{"items": [...], "total": n}``
+    (the job's head counts statuses, not flags)."""
+    flags, _, by_status = page_filter.partition(":")
+    flagged = [_FLAG_SQL[flag] for flag in flags.split("+") if flag in _FLAG_SQL]
+    where = "i.job_id = :job_id"
+    if page_filter == "status" or by_status:
+        where += " AND i.status = :status"
+    where += "".join(f" AND {condition}" for condition in flagged)
     rows = f"FROM items i WHERE {where} ORDER BY i.position LIMIT :limit OFFSET :offset"
-    return f"SELECT {_text(pg, _array(pg, _item_document(pg), rows, 'i.position'))}"
+    array = _array(pg, _item_document(pg), rows, "i.position")
+    if not flagged:
+        return f"SELECT {_text(pg, array)}"
+    total = f"(SELECT count(*) FROM items i WHERE {where})"
+    return f"SELECT {_text(pg, _obj(pg, [('items', _embed(pg, array)), ('total', total)]))}"
 
 
-def _jobs_where(filtered: bool) -> str:
-    return "j.organization_id = :org" + (" AND j.status = :status" if filtered else "")
+def _jobs_where(filtered: bool, searched: bool = False) -> str:
+    where = "j.organization_id = :org" + (" AND j.status = :status" if filtered else "")
+    # :q is a lower-case LIKE pattern whose own % _ and \ are escaped.
+    return where + (" AND lower(j.title) LIKE :q ESCAPE '\\'" if searched else "")
 
 
-def _jobs_page_rows(filtered: bool) -> str:
+def _jobs_page_rows(filtered: bool, searched: bool = False) -> str:
     """The page's rows of the list (a FROM ... clause)."""
-    return (
-        f"FROM jobs j WHERE {_jobs_where(filtered)} ORDER BY j.id DESC LIMIT :limit OFFSET :offset"
-    )
+    where = _jobs_where(filtered, searched)
+    return f"FROM jobs j WHERE {where} ORDER BY j.id DESC LIMIT :limit OFFSET :offset"
 
 
-def _jobs_stamp_columns(pg: bool, filtered: bool) -> str:
+def _jobs_stamp_columns(pg: bool, filtered: bool, searched: bool = False) -> str:
     """The list's ``total`` and ``shown`` (see ``ListStamp``), as two columns."""
-    total = f"(SELECT count(*) FROM jobs j WHERE {_jobs_where(filtered)}) AS total"
-    pairs = f"SELECT j.id AS id, j.id || ':' || j.version AS pair {_jobs_page_rows(filtered)}"
+    total = f"(SELECT count(*) FROM jobs j WHERE {_jobs_where(filtered, searched)}) AS total"
+    rows = _jobs_page_rows(filtered, searched)
+    pairs = f"SELECT j.id AS id, j.id || ':' || j.version AS pair {rows}"
     if pg:
         shown = f"(SELECT string_agg(x.pair, ',' ORDER BY x.id DESC) FROM ({pairs}) x)"
     else:  # SQLite aggregates in the subquery's order
@@ -356,11 +388,11 @@ def _jobs_stamp_columns(pg: bool, filtered: bool) -> str:
     return f"{total}, {shown} AS shown"
 
 
-def _jobs_stamp_sql(pg: bool, filtered: bool) -> str:
-    return f"SELECT {_jobs_stamp_columns(pg, filtered)}"
+def _jobs_stamp_sql(pg: bool, filtered: bool, searched: bool) -> str:
+    return f"SELECT {_jobs_stamp_columns(pg, filtered, searched)}"
 
 
-def _jobs_sql(pg: bool, filtered: bool) -> str:
-    rows = _jobs_page_rows(filtered)
+def _jobs_sql(pg: bool, filtered: bool, searched: bool) -> str:
+    rows = _jobs_page_rows(filtered, searched)
     document = _text(pg, _array(pg, _obj(pg, _summary_pairs(pg)), rows, "-j.id"))
-    return f"SELECT {_jobs_stamp_columns(pg, filtered)}, {document} AS document"
+    return f"SELECT {_jobs_stamp_columns(pg, filtered, searched)}, {document} AS document"

@@ -95,11 +95,20 @@ def seen_version(etags: Iterable[str], job_id: int, variant: str) -> int | None:
 
 @dataclass(frozen=True)
 class ItemsPage:
-    """Which page of a job's items a poll answers."""
+    """Which page of a job's items a poll answers: of one status, or with a flag
+    (``stale``, ``suspect``: then the document carries its own total), or all."""
 
     status: str | None
     offset: int
     limit: int
+    flag: str | None = None
+
+    @property
+    def filter(self) -> str:
+        """The page's statement: "all", "status", its flag, or "FLAG:status"."""
+        if self.flag is not None:
+            return self.flag + (":status" if self.status is not None else "")
+        return "status" if self.status is not None else "all"
 
 
 @dataclass(frozen=True)
@@ -171,14 +180,26 @@ class Views(Protocol):
         worker_dead_seconds: float,
     ) -> JobPoll | None: ...
 
-    def items_json(self, job_id: int, *, status: str | None, offset: int, limit: int) -> str: ...
+    def items_json(self, job_id: int, page: ItemsPage) -> str: ...
 
     def jobs_stamp(
-        self, organization_id: int, *, status: str | None, offset: int = 0, limit: int = 0
+        self,
+        organization_id: int,
+        *,
+        status: str | None,
+        offset: int = 0,
+        limit: int = 0,
+        q: str | None = None,
     ) -> ListStamp: ...
 
     def jobs_page(
-        self, organization_id: int, *, status: str | None, offset: int, limit: int
+        self,
+        organization_id: int,
+        *,
+        status: str | None,
+        offset: int,
+        limit: int,
+        q: str | None = None,
     ) -> ListPage: ...
 
 
@@ -248,9 +269,7 @@ class JobViews:
         by_token = token_hash is not None
         dialect = self.session.get_bind().dialect.name
         row = self.session.execute(
-            poll_statement(
-                dialect, by_token, with_items, None if page is None else page.status is not None
-            ),
+            poll_statement(dialect, by_token, with_items, None if page is None else page.filter),
             {
                 "job_id": job_id,
                 "token_hash": token_hash,
@@ -275,37 +294,67 @@ class JobViews:
         """The job as the API shows it (without ``lease``), as JSON text."""
         return str(self.session.execute(self._sql.job[with_items], {"job_id": job_id}).scalar_one())
 
-    def items_json(self, job_id: int, *, status: str | None, offset: int, limit: int) -> str:
-        """A page of the job's items in position order, as a JSON array."""
+    def items_json(self, job_id: int, page: ItemsPage) -> str:
+        """A page of the job's items in position order, as a JSON array (with a flag,
+        ``{"items": [...], "total": n}``)."""
         return str(
             self.session.execute(
-                self._sql.items_page[status is not None],
-                {"job_id": job_id, "status": status, "offset": offset, "limit": limit},
+                self._sql.items_page[page.filter],
+                {
+                    "job_id": job_id,
+                    "status": page.status,
+                    "offset": page.offset,
+                    "limit": page.limit,
+                },
             ).scalar_one()
         )
 
     def jobs_stamp(
-        self, organization_id: int, *, status: str | None, offset: int = 0, limit: int = 0
+        self,
+        organization_id: int,
+        *,
+        status: str | None,
+        offset: int = 0,
+        limit: int = 0,
+        q: str | None = None,
     ) -> ListStamp:
         """The list's total and the (id, version) of the jobs on its page (``offset``,
         ``limit``; none with ``limit`` 0), from the job rows alone: what a conditional
-        read of the list needs, without building the page."""
+        read of the list needs, without building the page. ``q``: titles containing it."""
         row = self.session.execute(
-            self._sql.jobs_stamp[status is not None],
-            {"org": organization_id, "status": status, "offset": offset, "limit": limit},
+            self._sql.jobs_stamp[status is not None, bool(q)],
+            _list_params(organization_id, status, offset, limit, q),
         ).one()
         return ListStamp(int(row.total), row.shown or "")
 
     def jobs_page(
-        self, organization_id: int, *, status: str | None, offset: int, limit: int
+        self,
+        organization_id: int,
+        *,
+        status: str | None,
+        offset: int,
+        limit: int,
+        q: str | None = None,
     ) -> ListPage:
         """A page of the organization's job summaries, newest first, as a JSON array,
         with its stamp."""
         row = self.session.execute(
-            self._sql.jobs_page[status is not None],
-            {"org": organization_id, "status": status, "offset": offset, "limit": limit},
+            self._sql.jobs_page[status is not None, bool(q)],
+            _list_params(organization_id, status, offset, limit, q),
         ).one()
         return ListPage(ListStamp(int(row.total), row.shown or ""), str(row.document))
+
+
+def _list_params(
+    organization_id: int, status: str | None, offset: int, limit: int, q: str | None
+) -> dict[str, Any]:
+    """The list statements' parameters; ``q`` becomes a case-blind "contains" pattern."""
+    pattern = None
+    if q:
+        escaped = q.lower().replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
+        pattern = f"%{escaped}%"
+    return {"org": organization_id, "status": status, "offset": offset, "limit": limit,
+            "q": pattern}  # fmt: skip
 
 
 def _head_of(row: Any, liveness: bool) -> JobHead:

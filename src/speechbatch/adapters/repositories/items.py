@@ -33,6 +33,8 @@ from speechbatch.adapters.db import db_now
 from speechbatch.adapters.models import ItemStatus, JobStatus
 from speechbatch.adapters.repositories.channels import share_notice
 from speechbatch.adapters.repositories.tables import COUNTERS, items, jobs
+from speechbatch.adapters.repositories.takes import TakeMoves, take_number
+from speechbatch.config import DEFAULT_TAKES_KEPT
 
 # Items a run may start: a retry resumes ERROR items without resetting them at the claim.
 STARTABLE = (ItemStatus.PENDING, ItemStatus.ERROR)
@@ -54,11 +56,12 @@ class StartedItem:
 
 @dataclass(frozen=True)
 class FinishedItem:
-    """The answer of a fenced finish: whether it won, and the audio it replaced that no
-    item refers to any more (the caller deletes that file once committed)."""
+    """The answer of a fenced finish: whether it won, and the audio (it replaced, or of
+    takes that fell off) that nothing refers to any more: the caller deletes those
+    files once committed."""
 
     won: bool
-    orphaned_audio_path: str | None = None
+    orphaned_audio_paths: tuple[str, ...] = ()
 
     def __bool__(self) -> bool:
         return self.won
@@ -79,7 +82,7 @@ def counter_deltas(
     return deltas
 
 
-class ItemMoves:
+class ItemMoves(TakeMoves):
     """Fenced moves of one run's items, over one session (``RunsRepository`` has them)."""
 
     session: Session
@@ -168,9 +171,18 @@ class ItemMoves:
         return StartedItem(row.text, row.audio_path, reusable_id, drained=bool(fenced.drained))
 
     def reuse_audio(
-        self, job_id: int, attempt: int, item_id: int, source_item_id: int, fingerprint: str
+        self,
+        job_id: int,
+        attempt: int,
+        item_id: int,
+        source_item_id: int,
+        fingerprint: str,
+        *,
+        spoken_text: str | None = None,
+        keep: int = DEFAULT_TAKES_KEPT,
     ) -> FinishedItem:
-        """Fenced: make a PENDING, ERROR or GENERATING item DONE with another item's audio.
+        """Fenced: make a PENDING, ERROR or GENERATING item DONE with another item's audio
+        (and its measurement), recorded as the item's next take (see ``record_take``).
 
         Loses when fenced, when the item was not ours to finish, or when the source has
         no finished audio any more (the counters then do not move either).
@@ -201,13 +213,17 @@ class ItemMoves:
                 audio_path=of_source(_SRC.c.audio_path),
                 audio_bytes=of_source(_SRC.c.audio_bytes),
                 audio_sha256=of_source(_SRC.c.audio_sha256),
+                duration_seconds=of_source(_SRC.c.duration_seconds),
+                suspect=of_source(_SRC.c.suspect),
+                current_take=take_number(item_id, of_source(_SRC.c.audio_path)),
+                stale=false(),
                 updated_at=db_now(),
             )
-            .returning(items.c.audio_path)
+            .returning(items.c.audio_path, items.c.current_take)
         ).first()
         if row is None:
             return FinishedItem(won=False)
-        return FinishedItem(won=True, orphaned_audio_path=self._orphaned(replaced, row.audio_path))
+        return self._new_take(item_id, spoken_text, keep, replaced, row)
 
     def finish_item(
         self,
@@ -221,12 +237,17 @@ class ItemMoves:
         fingerprint: str | None = None,
         replaced_audio_path: str | None = None,
         error_message: str | None = None,
+        duration_seconds: float | None = None,
+        suspect: str | None = None,
+        spoken_text: str | None = None,
+        keep: int = DEFAULT_TAKES_KEPT,
     ) -> FinishedItem:
-        """Fenced: move a GENERATING item to DONE (with audio) or ERROR.
+        """Fenced: move a GENERATING item to DONE (with audio, its measurement, recorded
+        as its next take with ``spoken_text``, see ``record_take``) or ERROR.
 
         ``replaced_audio_path`` is the audio the item had when it started (its start
-        answered it); a DONE finish names it in its answer when no item refers to it
-        any more (a regenerate replaced it): the caller deletes it.
+        answered it); a DONE finish names it in its answer when nothing refers to it
+        any more, with the audio of takes that fell off: the caller deletes them.
         """
         if error_message is not None:
             return self._finish_error(job_id, attempt, item_id, error_message)
@@ -236,37 +257,13 @@ class ItemMoves:
             counter_deltas(_old_status(job_id, item_id), _GENERATING, ItemStatus.DONE),
         ):
             return FinishedItem(won=False)
-        row = self.session.execute(
-            update(items)
-            .where(
-                *_this_item(job_id, item_id),
-                or_(
-                    items.c.status == ItemStatus.GENERATING,
-                    # The same write again (a retry after a lost commit ack) wins again;
-                    # the counters did not move for it.
-                    and_(
-                        items.c.status == ItemStatus.DONE,
-                        items.c.audio_path == audio_path,
-                        items.c.audio_sha256 == audio_sha256,
-                    ),
-                ),
-            )
-            .values(
-                status=ItemStatus.DONE,
-                error_message=null(),
-                audio_path=audio_path,
-                audio_bytes=audio_bytes,
-                audio_sha256=audio_sha256,
-                fingerprint=fingerprint,
-                reused=false(),
-                updated_at=db_now(),
-            )
-            .returning(items.c.id)
-        ).first()
+        done = {"audio_path": audio_path, "audio_bytes": audio_bytes, "fingerprint": fingerprint,
+                "audio_sha256": audio_sha256, "duration_seconds": duration_seconds,
+                "suspect": suspect}  # fmt: skip
+        row = self.session.execute(_done_update(job_id, item_id, done)).first()
         if row is None:
             return FinishedItem(won=False)
-        orphaned = self._orphaned(replaced_audio_path, audio_path)
-        return FinishedItem(won=True, orphaned_audio_path=orphaned)
+        return self._new_take(item_id, spoken_text, keep, replaced_audio_path, row)
 
     def _finish_error(
         self, job_id: int, attempt: int, item_id: int, error_message: str
@@ -303,14 +300,50 @@ class ItemMoves:
             select(items.c.audio_path).where(*_this_item(job_id, item_id))
         ).scalar_one_or_none()
 
-    def _orphaned(self, replaced: str | None, now: str | None) -> str | None:
-        """``replaced`` when it is a file no item refers to any more, else None."""
-        if replaced is None or replaced == now:
-            return None
-        referenced = self.session.execute(
-            select(items.c.id).where(items.c.audio_path == replaced).limit(1)
-        ).first()
-        return None if referenced is not None else replaced
+    def _new_take(
+        self,
+        item_id: int,
+        spoken_text: str | None,
+        keep: int,
+        replaced: str | None,
+        done: Any,
+    ) -> FinishedItem:
+        """The item's new audio (``done``: its DONE move's row, with ``audio_path`` and
+        ``current_take``) as its take; the won finish's answer, with the audio nothing
+        refers to any more (``replaced``, takes that fell off)."""
+        dropped = self.record_take(item_id, spoken_text, keep, done.current_take)
+        orphaned = self.unreferenced([replaced, *dropped], keep=done.audio_path)
+        return FinishedItem(won=True, orphaned_audio_paths=tuple(orphaned))
+
+
+def _done_update(job_id: int, item_id: int, done: dict[str, Any]) -> Update:
+    """A GENERATING item to DONE with ``done`` (its audio and measurement)."""
+    return (
+        update(items)
+        .where(
+            *_this_item(job_id, item_id),
+            or_(
+                items.c.status == ItemStatus.GENERATING,
+                # The same write again (a retry after a lost commit ack) wins again;
+                # the counters did not move for it.
+                and_(
+                    items.c.status == ItemStatus.DONE,
+                    items.c.audio_path == done["audio_path"],
+                    items.c.audio_sha256 == done["audio_sha256"],
+                ),
+            ),
+        )
+        .values(
+            status=ItemStatus.DONE,
+            error_message=null(),
+            reused=false(),
+            stale=false(),
+            current_take=take_number(item_id, done["audio_path"]),
+            updated_at=db_now(),
+            **done,
+        )
+        .returning(items.c.audio_path, items.c.current_take)
+    )
 
 
 def _this_item(job_id: int, item_id: int) -> tuple[ColumnElement[bool], ...]:

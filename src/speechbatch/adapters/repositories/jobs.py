@@ -45,6 +45,7 @@ class Jobs(Protocol):
         keys: Sequence[str | None] | None = None,
         item_chapters: Sequence[int] | None = None,
         chapters: Sequence[tuple[int, str, int]] | None = None,
+        options: str = "{}",
     ) -> int: ...
 
     def claim_job(
@@ -97,9 +98,11 @@ class JobsRepository:
         keys: Sequence[str | None] | None = None,
         item_chapters: Sequence[int] | None = None,
         chapters: Sequence[tuple[int, str, int]] | None = None,
+        options: str = "{}",
     ) -> int:
-        """Insert a job and its items (with their keys and chapter indexes, when given) and
-        its chapters (``(index, title, first_position)``); return the job's id."""
+        """Insert a job (``options`` as stored JSON) and its items (with their keys and
+        chapter indexes, when given) and its chapters (``(index, title, first_position)``);
+        return the job's id."""
         job_id: int = self.session.execute(
             insert(jobs)
             .values(
@@ -111,6 +114,7 @@ class JobsRepository:
                 attempt=0,
                 items_pending=len(texts),
                 version=1,
+                options=options,
             )
             .returning(jobs.c.id)
         ).scalar_one()
@@ -218,7 +222,7 @@ def _claimable(regenerate: bool) -> tuple[list[ColumnElement[bool]], dict[str, A
     return [*where, jobs.c.status.in_(claimable)], counters
 
 
-def _claim_update(regenerate: bool, *returning: Any) -> Any:
+def claim_update(regenerate: bool, *returning: Any) -> Any:
     """The compare-and-set: a claimable job goes GENERATING at the next attempt."""
     where, counters = _claimable(regenerate)
     now = db_now()
@@ -253,7 +257,7 @@ def _claim_statements(regenerate: bool) -> dict[str, Any]:
         "worker_id": bindparam("p_worker", type_=Id),
         "outcome": literal(RunOutcome.RUNNING),
     }
-    claimed = _claim_update(regenerate, jobs.c.id, jobs.c.attempt).cte("claimed")
+    claimed = claim_update(regenerate, jobs.c.id, jobs.c.attempt).cte("claimed")
     opened = (
         insert(runs)
         .from_select(
@@ -271,7 +275,7 @@ def _claim_statements(regenerate: bool) -> dict[str, Any]:
     return {
         # Losers wait on the job row, re-check it, and write nothing.
         "pg": select(claimed.c.attempt).add_cte(*ctes),
-        "claim": _claim_update(regenerate, jobs.c.attempt),
+        "claim": claim_update(regenerate, jobs.c.attempt),
         "reset": reset.where(items.c.job_id == job_id),
         "run": insert(runs).values(
             job_id=job_id,

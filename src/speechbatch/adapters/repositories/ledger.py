@@ -28,6 +28,7 @@ from speechbatch.adapters.models import (
     Job,
     Organization,
     Render,
+    Take,
     UsageMonth,
 )
 from speechbatch.adapters.models import (
@@ -41,6 +42,7 @@ jobs = cast(Table, Job.__table__)
 exports = cast(Table, Export.__table__)
 renders = cast(Table, Render.__table__)
 reservations = cast(Table, ReservationRow.__table__)
+takes = cast(Table, Take.__table__)
 
 # Fingerprints per IN (...) list: well under every backend's bound-parameter limit.
 _CHUNK = 500
@@ -95,12 +97,21 @@ def _chunks(values: list[str]) -> Iterable[list[str]]:
         yield values[start : start + _CHUNK]
 
 
+@dataclass(frozen=True)
+class JobItems:
+    """A job's voice and options (stored JSON) and its items' (id, status, text, stale)."""
+
+    voice: str
+    options: str
+    rows: list[Any]
+
+
 class Spending(Protocol):
     """What the services need of the ledger, budgets and stored audio."""
 
     def usage(self, organization_id: int) -> Usage: ...
     def set_budget(self, slug: str, characters: int | None) -> int | None: ...
-    def job_items(self, job_id: int, organization_id: int) -> tuple[str, list[Any]] | None: ...
+    def job_items(self, job_id: int, organization_id: int) -> JobItems | None: ...
     def longest_unsent(
         self, job_id: int, organization_id: int, *, regenerate: bool
     ) -> int | None: ...
@@ -245,21 +256,22 @@ class SpendingRepository:
             .returning(organizations.c.id)
         ).scalar_one_or_none()
 
-    def job_items(self, job_id: int, organization_id: int) -> tuple[str, list[Any]] | None:
-        """A job's voice and its items' (status, text), in order; None when not the org's."""
-        voice = self.session.execute(
-            select(jobs.c.voice).where(
+    def job_items(self, job_id: int, organization_id: int) -> JobItems | None:
+        """A job's voice, options and its items' (id, status, text, stale), in order;
+        None when not the org's."""
+        job = self.session.execute(
+            select(jobs.c.voice, jobs.c.options).where(
                 jobs.c.id == job_id, jobs.c.organization_id == organization_id
             )
-        ).scalar_one_or_none()
-        if voice is None:
+        ).first()
+        if job is None:
             return None
         rows = self.session.execute(
-            select(items.c.status, items.c.text)
+            select(items.c.id, items.c.status, items.c.text, items.c.stale)
             .where(items.c.job_id == job_id)
             .order_by(items.c.position)
         ).all()
-        return voice, list(rows)
+        return JobItems(job.voice, job.options, list(rows))
 
     def longest_unsent(self, job_id: int, organization_id: int, *, regenerate: bool) -> int | None:
         """The characters of the job's longest text still to send (not DONE; every item
@@ -295,8 +307,8 @@ class SpendingRepository:
         return found
 
     def referenced_keys(self, keys: Iterable[str]) -> set[str]:
-        """Which of these storage keys an item's audio, an export's archive or a render's
-        files refer to."""
+        """Which of these storage keys an item's audio, a kept take, an export's archive or
+        a render's files refer to."""
         wanted = sorted(set(keys))
         found: set[str] = set()
         for chunk in _chunks(wanted):
@@ -314,10 +326,13 @@ class SpendingRepository:
                 found.update(
                     self.session.execute(select(column).where(column.in_(chunk))).scalars()
                 )
+            found.update(
+                self.session.execute(
+                    select(takes.c.audio_path).where(takes.c.audio_path.in_(chunk)).distinct()
+                ).scalars()
+            )
         return found
 
     def is_referenced(self, key: str) -> bool:
-        """Whether any item still refers to a stored audio file."""
-        return (
-            self.session.execute(select(items.c.id).where(items.c.audio_path == key).limit(1))
-        ).first() is not None
+        """Whether any item or kept take still refers to a stored audio file."""
+        return bool(self.referenced_keys([key]))

@@ -28,13 +28,15 @@ __all__ = ["FinishedItem", "RunPlan", "Runs", "RunsRepository", "StartedItem"]
 
 @dataclass(frozen=True)
 class RunPlan:
-    """What a run needs before its first item: the job's voice and organization, whether
-    it regenerates, and the (id, text) of the items to send, in order."""
+    """What a run needs before its first item: the job's voice, options (stored JSON)
+    and organization, whether it regenerates, and the (id, text) of the items to send,
+    in order."""
 
     voice: str
     organization_id: int
     regenerate: bool
     items: list[tuple[int, str]]
+    options: str = "{}"
 
 
 class Runs(Protocol):
@@ -46,7 +48,15 @@ class Runs(Protocol):
         self, job_id: int, attempt: int, item_id: int, *, reuse_fingerprint: str | None = None
     ) -> StartedItem | None: ...
     def reuse_audio(
-        self, job_id: int, attempt: int, item_id: int, source_item_id: int, fingerprint: str
+        self,
+        job_id: int,
+        attempt: int,
+        item_id: int,
+        source_item_id: int,
+        fingerprint: str,
+        *,
+        spoken_text: str | None = None,
+        keep: int = ...,
     ) -> FinishedItem: ...
     def finish_item(
         self,
@@ -60,6 +70,10 @@ class Runs(Protocol):
         fingerprint: str | None = None,
         replaced_audio_path: str | None = None,
         error_message: str | None = None,
+        duration_seconds: float | None = None,
+        suspect: str | None = None,
+        spoken_text: str | None = None,
+        keep: int = ...,
     ) -> FinishedItem: ...
     def return_item(self, job_id: int, attempt: int, item_id: int) -> bool: ...
     def finish_run(
@@ -85,21 +99,26 @@ class RunsRepository(ItemMoves):
         """The job's voice and organization, whether the run at ``attempt`` regenerates,
         and the (id, text) of the items it must still send (not DONE), in order."""
         job = self.session.execute(
-            select(jobs.c.voice, jobs.c.organization_id, runs.c.kind)
+            select(
+                jobs.c.voice, jobs.c.organization_id, jobs.c.options, runs.c.kind, runs.c.selected
+            )
             .select_from(jobs)
             .outerjoin(runs, and_(runs.c.job_id == jobs.c.id, runs.c.attempt == attempt))
             .where(jobs.c.id == job_id)
         ).one()
+        wanted = [items.c.job_id == job_id, items.c.status.in_(STARTABLE)]
+        if job.selected is not None:
+            # A selective regenerate sends only the items its claim picked.
+            wanted.append(items.c.selected_for == attempt)
         startable = self.session.execute(
-            select(items.c.id, items.c.text)
-            .where(items.c.job_id == job_id, items.c.status.in_(STARTABLE))
-            .order_by(items.c.position)
+            select(items.c.id, items.c.text).where(*wanted).order_by(items.c.position)
         ).all()
         return RunPlan(
             job.voice,
             job.organization_id,
             job.kind == "regenerate",
             [(r.id, r.text) for r in startable],
+            job.options,
         )
 
     def end_run(

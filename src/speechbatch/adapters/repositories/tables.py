@@ -41,3 +41,8 @@ COUNTERS: dict[str, Column[int]] = {
 def audio_url(job_id: int, item_id: int) -> str:
     """The root-relative API path of an item's audio."""
     return f"/api/jobs/{job_id}/items/{item_id}/audio"
+
+
+def take_audio_url(job_id: int, item_id: int, take: int) -> str:
+    """The root-relative API path of one kept take's audio."""
+    return f"/api/jobs/{job_id}/items/{item_id}/takes/{take}/audio"
