@@ -49,7 +49,7 @@ def tone(seconds: float, level: float = 0.5, rate: int = 22050) -> np.ndarray:
 @pytest.mark.parametrize("speed", [1.0, 2.0, 0.5])
 def test_espeak_speech_is_not_suspect_at_any_speed(espeak: EspeakProvider, speed: float) -> None:
     """The characters-per-second band holds for ordinary sentences spoken at the job's
-    speed (measured on the MP3 the provider makes, decoded by soundfile)."""
+    speed (measured on the MP3 the provider makes, decoded by PyAV)."""
     for text in SENTENCES:
         audio = espeak.synthesize(text, "en-us", {"speed": speed})
         measured = measure(audio)

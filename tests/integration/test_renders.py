@@ -26,6 +26,7 @@ from speechbatch.adapters.repositories import UserRecord
 from speechbatch.adapters.storage import LocalStorage
 from speechbatch.app import Services
 from speechbatch.services.render_builder import wait_for_renders
+from tests.conftest import STORAGES
 from tests.helpers import set_items, wait_for
 from tests.support.render_audio import (
     RATE,
@@ -121,6 +122,7 @@ def check_timing(render: dict[str, Any], audio: bytes, captions: str, starts: li
         assert abs(onset - start) < 0.05, (found, starts)
 
 
+@pytest.mark.parametrize("storage_kind", STORAGES, indirect=True)
 def test_mp3_render_has_chapters_captions_loudness_and_timing(
     client: FlaskClient, auth: dict[str, str], svc: Services, admin: UserRecord
 ) -> None:
@@ -204,6 +206,7 @@ def test_m4b_render_of_a_job_without_chapters_is_one_chapter_named_after_it(
     assert abs(pyloudnorm.Meter(rate).integrated_loudness(samples) - -24.0) < 1.0
 
 
+@pytest.mark.parametrize("storage_kind", STORAGES, indirect=True)
 def test_m4b_chapters_are_mp4_chapters_at_the_offsets_the_json_gives(
     client: FlaskClient, auth: dict[str, str], svc: Services, admin: UserRecord
 ) -> None:
@@ -317,6 +320,7 @@ def test_renders_of_another_organization_are_not_found(
     assert posted.status_code == 404
 
 
+@pytest.mark.parametrize("storage_kind", STORAGES, indirect=True)
 def test_gc_counts_a_renders_files_as_referenced(
     client: FlaskClient, auth: dict[str, str], svc: Services, admin: UserRecord
 ) -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import io
 from collections.abc import Iterator
 from typing import BinaryIO
 
@@ -19,8 +20,13 @@ Samples = npt.NDArray[np.float32]
 def decode(source: BinaryIO, rate: int = RATE) -> Iterator[Samples]:
     """The first audio stream of ``source`` as mono float32 pieces at ``rate``.
 
-    One decoded frame at a time: a long file is never held whole.
+    One decoded frame at a time: a long file is never held whole. A source that cannot
+    seek (an object store's stream) is read into memory first (one item's audio): without
+    seeking the decoder cannot read an MP3's gapless info and keeps the encoder's padding.
     """
+    seekable = getattr(source, "seekable", None)
+    if seekable is None or not seekable():
+        source = io.BytesIO(source.read())
     with av.open(source, mode="r") as container:
         stream = container.streams.audio[0]
         resampler = av.AudioResampler(format="flt", layout="mono", rate=rate)
