@@ -228,15 +228,16 @@ def select_live_slots() -> Any:
     return select(ProviderSlot.job_id).where(ProviderSlot.released_at.is_(None))
 
 
-def test_an_item_with_a_free_slot_takes_and_returns_it_within_its_start_and_finish(
+def test_an_item_with_a_free_slot_takes_it_at_its_start_and_returns_it_when_the_call_ends(
     make_svc: Callable[..., Services],
     admin: UserRecord,
     provider: FakeProvider,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    """The common item pays no transaction for its slot: its start takes it, its finish
-    gives it back. Per item two commits (start, finish); per run its plan and its end.
-    Each call holds a slot of its job; none is held once the run is over."""
+    """The common item's start takes its slot; the call gives it back as soon as its
+    answer came, before the audio is measured and stored. Per item three commits (start,
+    the slot's release, finish); per run its plan and its end. Each call holds a slot of
+    its job; none is held once the run is over."""
     svc = make_svc(item_concurrency=1)
     commits: list[str] = []
     held_during_calls: list[list[int]] = []
@@ -271,7 +272,7 @@ def test_an_item_with_a_free_slot_takes_and_returns_it_within_its_start_and_fini
     job_id = _job(svc, admin, *(f"item {i}" for i in range(items)))
     _run_listening(svc, admin, job_id, "commit", count)
     assert held_during_calls == [[job_id]] * items
-    assert len(commits) == 2 * items + 2 + 1
+    assert len(commits) == 3 * items + 2 + 1
     with svc.uow_factory(read_only=True) as uow:
         assert uow.slots.slots_in_flight(worker_dead_seconds=30, max_hold_seconds=300) == 0
 
@@ -281,10 +282,10 @@ def test_a_sent_item_costs_a_bounded_number_of_statements(
 ) -> None:
     """Per sent item (the difference between a run of 3 and a run of 6 items). The
     start: the fence, the item's move (with its reuse lookup), the slot, the
-    reservation's row (the run's share of the ledger), the month's row: 5. The finish: the fence,
-    the item's move (which sets its current take), its take's row, the slot's release (whose
-    RETURNING notifies on PostgreSQL): 4. (BEGIN and the SQLite pragmas are not statements
-    of the work.)"""
+    reservation's row (the run's share of the ledger), the month's row: 5. The slot's release
+    when the call's answer came (whose RETURNING notifies on PostgreSQL): 1. The finish: the
+    fence, the item's move (which sets its current take), its take's row: 3. (BEGIN and the
+    SQLite pragmas are not statements of the work.)"""
     monkeypatch.setattr(gate_module, "PAUSE_CACHE_SECONDS", 3600.0)
     svc = make_svc(item_concurrency=1)
     kinds: list[str] = []

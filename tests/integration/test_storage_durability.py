@@ -180,3 +180,14 @@ def test_a_write_killed_midway_leaves_nothing_visible_and_gc_sweeps_its_remains(
     remains = stored_keys(storage) + storage.abort_uploads_older_than(-EVERYTHING)
     assert (len(remains) == 1 and ".tmp-" in remains[0]) or "(unfinished upload)" in remains[0]
     assert stored_keys(storage) == [] or stored_keys(storage)[0].startswith("exports/1/.tmp-")
+
+
+def test_a_key_under_a_folder_that_became_a_file_is_missing_not_an_error(tmp_path: Path) -> None:
+    """A folder on a key's path replaced by a file (a broken disk, an operator's mistake):
+    the key has no file, as a missing object has none (a 404 for a download, not a 503)."""
+    storage = LocalStorage(tmp_path)
+    storage.write("jobs/7/1-a1.mp3", b"audio")
+    (tmp_path / "jobs" / "7").rename(tmp_path / "aside")
+    (tmp_path / "jobs" / "7").write_bytes(b"not a directory")
+    with pytest.raises(FileNotFoundError):
+        storage.open("jobs/7/1-a1.mp3")

@@ -89,8 +89,12 @@ class LocalStorage:
         _sync_directory(path.parent)
 
     def open(self, key: str) -> BinaryIO:
-        """Open a stored file for reading."""
-        return self.path(key).open("rb")
+        """Open a stored file for reading; FileNotFoundError when the key has none (a
+        folder on its path that is not one any more included: the file is not there)."""
+        try:
+            return self.path(key).open("rb")
+        except NotADirectoryError as exc:
+            raise FileNotFoundError(exc.errno, exc.strerror, exc.filename) from exc
 
     def exists(self, key: str) -> bool:
         """Whether a key has a file."""
