@@ -23,10 +23,7 @@ from sqlalchemy.types import String
 from speechbatch.adapters.db import db_now
 from speechbatch.adapters.models import (
     Export,
-    Item,
     ItemStatus,
-    Job,
-    Organization,
     Render,
     Take,
     UsageMonth,
@@ -34,11 +31,9 @@ from speechbatch.adapters.models import (
 from speechbatch.adapters.models import (
     Reservation as ReservationRow,
 )
+from speechbatch.adapters.repositories.tables import items, jobs, organizations
 
-organizations = cast(Table, Organization.__table__)
 usage_months = cast(Table, UsageMonth.__table__)
-items = cast(Table, Item.__table__)
-jobs = cast(Table, Job.__table__)
 exports = cast(Table, Export.__table__)
 renders = cast(Table, Render.__table__)
 reservations = cast(Table, ReservationRow.__table__)
