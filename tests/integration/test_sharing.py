@@ -281,11 +281,12 @@ def test_a_sent_item_costs_a_bounded_number_of_statements(
     make_svc: Callable[..., Services], admin: UserRecord, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Per sent item (the difference between a run of 3 and a run of 6 items). The
-    start: the fence, the item's move (with its reuse lookup), the slot, the
-    reservation's row (the run's share of the ledger), the month's row: 5. The slot's release
+    start: the fence, the item's move (with its reuse lookup), the slot, the bill (the
+    month's row and the reservation's row, the run's share of the ledger: one statement on
+    PostgreSQL, two on SQLite, which has no writes in a WITH): 4 or 5. The slot's release
     when the call's answer came (whose RETURNING notifies on PostgreSQL): 1. The finish: the
     fence, the item's move (which sets its current take), its take's row: 3. (BEGIN and the
-    SQLite pragmas are not statements of the work.)"""
+    SQLite pragmas are not statements of the work.) 8 on PostgreSQL, 9 on SQLite."""
     monkeypatch.setattr(gate_module, "PAUSE_CACHE_SECONDS", 3600.0)
     svc = make_svc(item_concurrency=1)
     kinds: list[str] = []
@@ -304,4 +305,5 @@ def test_a_sent_item_costs_a_bounded_number_of_statements(
     statements_of_a_run(2, "warm-up")  # the first run reads the pause; later ones use the cache
     small, large = statements_of_a_run(3, "small"), statements_of_a_run(6, "large")
     per_item = (len(large) - len(small)) / 3
-    assert per_item <= 9, (small, large)
+    bound = 8 if svc.engine.dialect.name == "postgresql" else 9
+    assert per_item <= bound, (small, large)
