@@ -69,10 +69,10 @@ def told(
 def recorded(svc: Services) -> list[dict[str, Any]]:
     """Every event in the outbox, oldest first."""
     with concrete(svc.uow_factory)() as uow:
-        bodies = uow.session.execute(
+        rows = uow.session.execute(
             select(webhook_events.c.body).order_by(webhook_events.c.id)
-        ).scalars()
-        return [json.loads(body) for body in bodies]
+        ).all()
+        return [json.loads(row.body) for row in rows]
 
 
 def delivered(receiver: Receiver, count: int) -> list[dict[str, Any]]:
