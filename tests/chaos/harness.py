@@ -59,8 +59,6 @@ FROZEN_RECOVERY_BUDGET = WORKER_DEAD_SECONDS + 14.0
 
 AUTO_RECOVERED = "auto-recovered"
 WEBHOOK_RETRY_SCHEDULE = ",".join(["0.5"] * 20)
-# Outcomes of a run whose end leaves its job COMPLETED or FAILED: each is told (job.*).
-TOLD_OUTCOMES = ("COMPLETED", "FAILED", "RECOVERED", "CANCELLED", "OVER_BUDGET")
 JOB_EVENTS = ("job.completed", "job.failed")
 
 
@@ -445,11 +443,12 @@ class Database:
         )
 
     def ended_runs(self, job_ids: list[int]) -> list[tuple[int, int, str]]:
-        """(job id, attempt, outcome) of every run of these jobs that ended and is told."""
+        """(job id, attempt, outcome) of every run of these jobs that ended (each end
+        leaves its job COMPLETED or FAILED, and is told)."""
         rows = self._rows(
             "SELECT job_id, attempt, outcome FROM runs WHERE job_id = ANY(%s)"
-            " AND outcome = ANY(%s) ORDER BY job_id, attempt",
-            (job_ids, list(TOLD_OUTCOMES)),
+            " AND outcome <> 'RUNNING' ORDER BY job_id, attempt",
+            (job_ids,),
         )
         return [(r["job_id"], r["attempt"], r["outcome"]) for r in rows]
 
