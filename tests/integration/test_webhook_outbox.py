@@ -1,6 +1,7 @@
-"""The ends of renders and exports are told, both databases: each event is recorded once,
-in the transaction that ends the render or export (an end that loses its fence records
-nothing), and delivered with a signature that ``standardwebhooks`` verifies."""
+"""The ends of renders and exports (completed, failed, recovered) are told, both databases:
+each event is recorded once, in the transaction that ends the render or export (an end
+that loses its fence records nothing), and delivered with a signature that
+``standardwebhooks`` verifies."""
 
 from __future__ import annotations
 
@@ -17,7 +18,8 @@ from speechbatch.adapters.repositories.job_locks import job_locks
 from speechbatch.adapters.repositories.webhooks import webhook_events
 from speechbatch.app import Services
 from speechbatch.services import webhooks as hooks
-from speechbatch.services.exports import start_export, wait_for_exports
+from speechbatch.services.exports import RECOVERED_MESSAGE as EXPORT_RECOVERED
+from speechbatch.services.exports import get_export, start_export, wait_for_exports
 from speechbatch.services.ports import Storage
 from speechbatch.services.render_builder import wait_for_renders
 from speechbatch.services.renders import RECOVERED_MESSAGE, get_render, start_render
@@ -27,7 +29,7 @@ from tests.support.storages import StorageProxy
 from tests.support.webhook_receiver import Receiver
 
 TONES = [Tone("One.", 0.4, 440, 0.1), Tone("Two.", 0.5, 550, 0.1)]
-EVENTS = ["render.completed", "render.failed", "export.completed"]
+EVENTS = ["render.completed", "render.failed", "export.completed", "export.failed"]
 
 
 class GatedStorage(StorageProxy):
@@ -40,6 +42,13 @@ class GatedStorage(StorageProxy):
     def open(self, key: str) -> BinaryIO:
         self.gate.wait(15)
         return super().open(key)
+
+
+class BrokenStorage(StorageProxy):
+    """Every read fails as a disk would."""
+
+    def open(self, key: str) -> BinaryIO:
+        raise PermissionError(13, "Permission denied", key)
 
 
 @pytest.fixture(autouse=True)
@@ -98,35 +107,36 @@ def lock_of(svc: Services, user: UserRecord, job_id: int, render_id: int) -> int
     return record.lock_id
 
 
-def test_a_render_that_completes_is_told_once(told: tuple[Services, UserRecord, Receiver]) -> None:
+def render_told(
+    told: tuple[Services, UserRecord, Receiver], missing_audio: bool
+) -> tuple[dict[str, Any], dict[str, Any]]:
+    """Render a finished job (one item's audio gone when ``missing_audio``): the one
+    delivered payload, and the render as the API shows it afterwards."""
     svc, user, receiver = told
     job_id = finished_job(svc, user, TONES)
-    started = start_render(svc.uow_factory, svc.settings, svc.storage, user, job_id, {
-        "format": "mp3"
-    })  # fmt: skip
+    if missing_audio:
+        svc.storage.delete(f"jobs/{job_id}/tone-2.mp3")  # the build cannot read it
+    body = {"format": "mp3"}
+    started = start_render(svc.uow_factory, svc.settings, svc.storage, user, job_id, body)
     assert wait_for_renders(30)
     (payload,) = delivered(receiver, 1)
-    shown = get_render(svc.uow_factory, user, job_id, started["id"])
+    return payload, get_render(svc.uow_factory, user, job_id, started["id"])
+
+
+def test_a_render_that_completes_is_told_once(told: tuple[Services, UserRecord, Receiver]) -> None:
+    payload, shown = render_told(told, missing_audio=False)
     assert payload["type"] == "render.completed"
     assert payload["data"] == {"render": shown}
     assert shown["status"] == "COMPLETED" and shown["download_url"] is not None
-    assert [e["type"] for e in recorded(svc)] == ["render.completed"]
+    assert [e["type"] for e in recorded(told[0])] == ["render.completed"]
 
 
 def test_a_render_that_fails_is_told_once(told: tuple[Services, UserRecord, Receiver]) -> None:
-    svc, user, receiver = told
-    job_id = finished_job(svc, user, TONES)
-    svc.storage.delete(f"jobs/{job_id}/tone-2.mp3")  # the build cannot read it
-    started = start_render(svc.uow_factory, svc.settings, svc.storage, user, job_id, {
-        "format": "mp3"
-    })  # fmt: skip
-    assert wait_for_renders(30)
-    (payload,) = delivered(receiver, 1)
-    shown = get_render(svc.uow_factory, user, job_id, started["id"])
+    payload, shown = render_told(told, missing_audio=True)
     assert payload["type"] == "render.failed"
     assert payload["data"] == {"render": shown}
     assert shown["status"] == "FAILED" and shown["error_message"].startswith("render failed")
-    assert [e["type"] for e in recorded(svc)] == ["render.failed"]
+    assert [e["type"] for e in recorded(told[0])] == ["render.failed"]
 
 
 def test_a_recovered_render_is_told_once_and_its_fenced_builder_tells_nothing(
@@ -163,7 +173,7 @@ def test_an_export_is_told_once_in_its_ending_transaction_and_not_when_fenced(
     assert wait_for_exports(30)
     (payload,) = delivered(receiver, 1)
     assert payload["type"] == "export.completed"
-    assert payload["data"]["export"]["id"] == done["id"]
+    assert payload["data"] == {"export": get_export(svc.uow_factory, user, done["id"])}
     assert payload["data"]["export"]["status"] == "COMPLETED"
 
     gate = threading.Event()
@@ -174,10 +184,25 @@ def test_an_export_is_told_once_in_its_ending_transaction_and_not_when_fenced(
         assert record is not None
         expire_lock(svc, record.lock_id)
     finally:
-        gate.set()  # its builder finishes the archive, then loses the fence
+        gate.set()  # its builder wakes up, loses the fence and ends without a word
     assert wait_for_exports(30)
-    with svc.uow_factory(read_only=True) as uow:
-        record = uow.exports.get_export(fenced["id"], user.organization_id)
-    assert record is not None and record.status == "RUNNING"  # it wrote nothing
     assert [e["type"] for e in recorded(svc)] == ["export.completed"]
-    assert [e["data"]["export"]["id"] for e in recorded(svc)] == [done["id"]]
+    # The next read recovers it: that transaction tells its end, once.
+    shown = get_export(svc.uow_factory, user, fenced["id"])
+    assert get_export(svc.uow_factory, user, fenced["id"]) == shown
+    assert (shown["status"], shown["error_message"]) == ("FAILED", EXPORT_RECOVERED)
+    _, failed = delivered(receiver, 2)
+    assert failed["type"] == "export.failed" and failed["data"] == {"export": shown}
+    assert [e["type"] for e in recorded(svc)] == ["export.completed", "export.failed"]
+
+
+def test_an_export_that_fails_is_told_once(told: tuple[Services, UserRecord, Receiver]) -> None:
+    svc, user, receiver = told
+    finished_job(svc, user, TONES)
+    started = start_export(svc.uow_factory, svc.settings, BrokenStorage(svc.storage), user)
+    assert wait_for_exports(30)
+    (payload,) = delivered(receiver, 1)
+    shown = get_export(svc.uow_factory, user, started["id"])
+    assert shown["status"] == "FAILED" and shown["error_message"].startswith("export failed")
+    assert payload["type"] == "export.failed" and payload["data"] == {"export": shown}
+    assert [e["type"] for e in recorded(svc)] == ["export.failed"]
