@@ -33,6 +33,7 @@ from speechbatch.runner.heartbeat import WorkerIdentity
 from speechbatch.runner.item import Items, Run
 from speechbatch.runner.loops import BackgroundLoop
 from speechbatch.runner.transactions import Transactions
+from speechbatch.services.lexicon import compiled_lexicon
 from speechbatch.services.ports import Storage
 
 log = logging.getLogger(__name__)
@@ -155,6 +156,8 @@ class Runner:
             plan = self.tx(lambda uow: uow.runs.run_plan(run.job_id, run.attempt))
             run.voice, run.organization_id = plan.voice, plan.organization_id
             run.regenerate, run.options = plan.regenerate, parse_options(plan.options)
+            # Once per run (cached per version): no statement per item for the rules.
+            run.lexicon = self.tx(lambda uow: compiled_lexicon(uow.lexicon, run.organization_id))
             work: queue.SimpleQueue[_Group] = queue.SimpleQueue()
             groups = self._groups(run, plan.items)
             for group in groups:
@@ -187,7 +190,9 @@ class Runner:
         fingerprint = fingerprinter(self.provider)
         groups: dict[str, _Group] = {}
         for item_id, text in items:
-            fp = fingerprint(run.organization_id, run.voice, spoken_text(text), run.options)
+            fp = fingerprint(
+                run.organization_id, run.voice, spoken_text(text, run.lexicon), run.options
+            )
             groups.setdefault(fp, _Group(fp, [])).items.append((item_id, text))
         return list(groups.values())
 
@@ -256,7 +261,8 @@ class Runner:
                 if self._process_item(run, item_id, text, group.fingerprint):
                     source = item_id
                 continue
-            self.items.reuse_duplicate(run, item_id, source, group.fingerprint, spoken_text(text))
+            spoken = spoken_text(text, run.lexicon)
+            self.items.reuse_duplicate(run, item_id, source, group.fingerprint, spoken)
 
     def _process_item(self, run: Run, item_id: int, text: str, fingerprint: str) -> bool:
         """Start, call and finish one item; whether it ended DONE with audio."""
