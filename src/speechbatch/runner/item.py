@@ -37,7 +37,7 @@ from speechbatch.domain.editing import spoken_text
 from speechbatch.domain.lexicon import EMPTY, Lexicon
 from speechbatch.errors import BudgetExceeded, DatabaseUnavailable, Fenced
 from speechbatch.runner.gate import ProviderGate, Waiting
-from speechbatch.runner.lexicon import check_lexicon
+from speechbatch.runner.lexicon import checked
 from speechbatch.runner.measure import Measured, measure_audio
 from speechbatch.runner.transactions import Transactions
 from speechbatch.services.ports import Storage
@@ -171,12 +171,11 @@ class Items:
         spoken = spoken_text(started.text, run.lexicon)
         source = started.reusable_item_id
         if source is not None:
-            reused = uow.runs.reuse_audio(
+            reused = checked(uow, run, item_id, spoken, uow.runs.reuse_audio(
                 run.job_id, run.attempt, item_id, source, fingerprint,
                 spoken_text=spoken, keep=self.settings.takes_kept,
-            )  # fmt: skip
+            ))  # fmt: skip
             if reused:
-                check_lexicon(uow, run, item_id, spoken, reused)
                 return Started(
                     item_id,
                     spoken,
@@ -255,9 +254,7 @@ class Items:
                     spoken_text=started.text,
                     keep=self.settings.takes_kept,
                 )
-                if done:
-                    check_lexicon(uow, run, started.item_id, started.text, done)
-                return done
+                return checked(uow, run, started.item_id, started.text, done)
             return uow.runs.finish_item(
                 run.job_id, run.attempt, started.item_id, error_message=error or "failed"
             )
@@ -275,16 +272,9 @@ class Items:
     ) -> None:
         """A duplicate of an item this run has just finished shares its audio (no call)."""
         keep = self.settings.takes_kept
-
-        def work(uow: RunUnit) -> FinishedItem:
-            done = uow.runs.reuse_audio(
-                run.job_id, run.attempt, item_id, source, fingerprint, spoken_text=spoken, keep=keep
-            )
-            if done:
-                check_lexicon(uow, run, item_id, spoken, done)
-            return done
-
-        finished = self.fenced_tx(run, work)
+        reuse = (run.job_id, run.attempt, item_id, source, fingerprint)
+        finished = self.fenced_tx(run, lambda uow: checked(uow, run, item_id, spoken,
+            uow.runs.reuse_audio(*reuse, spoken_text=spoken, keep=keep)))  # fmt: skip
         if not finished:
             self.fence(run)
             return

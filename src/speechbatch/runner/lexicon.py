@@ -14,17 +14,18 @@ if TYPE_CHECKING:
     from speechbatch.runner.item import Run
 
 
-def check_lexicon(uow: RunUnit, run: Run, item_id: int, spoken: str, done: FinishedItem) -> None:
-    """In the DONE move's transaction: when the organization's rules changed since the
-    run began (a PUT while it was sending), mark the item stale if the rules now give
-    another spoken text than the one it was made from.
+def checked(uow: RunUnit, run: Run, item_id: int, spoken: str, done: FinishedItem) -> FinishedItem:
+    """A DONE move's answer ``done``, checked in its transaction: when the
+    organization's rules changed since the run began (a PUT while it was sending), the
+    item is marked stale if the rules now give another spoken text than it was made from.
 
     No gap: the PUT's stale pass takes each job row's lock before it reads that job's
     items, and the DONE move reads the version after its fence took the same lock. So
     the pass either marked this job before the fence (then the version read here is the
     new one) or reads it after this transaction commits (then it sees this take)."""
-    if done.lexicon_version == run.lexicon.version:
-        return
+    if not done or done.lexicon_version == run.lexicon.version:
+        return done
     now = compiled_lexicon(uow.lexicon, run.organization_id)
     if spoken_text(done.text, now) != spoken:
         uow.runs.mark_stale(run.job_id, item_id)
+    return done

@@ -50,6 +50,19 @@ class _Group:
     items: list[tuple[int, str]]
 
 
+def _groups(provider: TTSProvider, run: Run, items: list[tuple[int, str]]) -> list[_Group]:
+    """The run's items grouped by fingerprint (of their spoken text, with the rules the
+    run began with), in the order of each group's first item."""
+    fingerprint = fingerprinter(provider)
+    groups: dict[str, _Group] = {}
+    for item_id, text in items:
+        fp = fingerprint(
+            run.organization_id, run.voice, spoken_text(text, run.lexicon), run.options
+        )
+        groups.setdefault(fp, _Group(fp, [])).items.append((item_id, text))
+    return list(groups.values())
+
+
 class Background(Protocol):
     """Work on threads of its own, started with the process and stopped at its drain."""
 
@@ -159,7 +172,7 @@ class Runner:
             # Once per run (cached per version): no statement per item for the rules.
             run.lexicon = self.tx(lambda uow: compiled_lexicon(uow.lexicon, run.organization_id))
             work: queue.SimpleQueue[_Group] = queue.SimpleQueue()
-            groups = self._groups(run, plan.items)
+            groups = _groups(self.provider, run, plan.items)
             for group in groups:
                 work.put(group)
             threads = [
@@ -184,17 +197,6 @@ class Runner:
             run.done.set()
             with self._lock:
                 self._runs.pop((run.job_id, run.attempt), None)
-
-    def _groups(self, run: Run, items: list[tuple[int, str]]) -> list[_Group]:
-        """The run's items grouped by fingerprint, in the order of each group's first item."""
-        fingerprint = fingerprinter(self.provider)
-        groups: dict[str, _Group] = {}
-        for item_id, text in items:
-            fp = fingerprint(
-                run.organization_id, run.voice, spoken_text(text, run.lexicon), run.options
-            )
-            groups.setdefault(fp, _Group(fp, [])).items.append((item_id, text))
-        return list(groups.values())
 
     def _end(self, run: Run, *, left: bool) -> None:
         """End the run: fenced (nothing to write), interrupted (draining with items
