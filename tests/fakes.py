@@ -365,6 +365,9 @@ class FakeLexicon:
     def finish_pass(self, claim: PassClaim) -> bool:
         return False
 
+    def release_pass(self, claim: PassClaim) -> None:
+        pass
+
     def next_job(self, organization_id: int, after: int) -> int | None:
         return None
 

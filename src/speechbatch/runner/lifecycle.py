@@ -21,11 +21,13 @@ from typing import Protocol, TypeVar
 
 from speechbatch.adapters import metrics
 from speechbatch.adapters.providers.base import TTSProvider
+from speechbatch.adapters.repositories.runs import RunPlan
 from speechbatch.adapters.repositories.slots import SlotRepository
-from speechbatch.adapters.uow import RunUowFactory
+from speechbatch.adapters.uow import RunUnit, RunUowFactory
 from speechbatch.config import Settings
 from speechbatch.domain.editing import parse_options, spoken_text
 from speechbatch.domain.fingerprints import fingerprinter
+from speechbatch.domain.lexicon import Lexicon
 from speechbatch.errors import Fenced
 from speechbatch.runner.call import Calls
 from speechbatch.runner.gate import ProviderGate
@@ -48,6 +50,13 @@ class _Group:
 
     fingerprint: str
     items: list[tuple[int, str]]
+
+
+def _plan(uow: RunUnit, run: Run) -> tuple[RunPlan, Lexicon]:
+    """The run's plan and its organization's rules, read once in one transaction (the
+    rules are cached per version: no statement per item for them)."""
+    plan = uow.runs.run_plan(run.job_id, run.attempt)
+    return plan, compiled_lexicon(uow.lexicon, plan.organization_id)
 
 
 def _groups(provider: TTSProvider, run: Run, items: list[tuple[int, str]]) -> list[_Group]:
@@ -166,11 +175,9 @@ class Runner:
         try:
             # Registered before any item: an item's start takes its slot as this worker.
             self.worker_id()
-            plan = self.tx(lambda uow: uow.runs.run_plan(run.job_id, run.attempt))
+            plan, run.lexicon = self.tx(lambda uow: _plan(uow, run))
             run.voice, run.organization_id = plan.voice, plan.organization_id
             run.regenerate, run.options = plan.regenerate, parse_options(plan.options)
-            # Once per run (cached per version): no statement per item for the rules.
-            run.lexicon = self.tx(lambda uow: compiled_lexicon(uow.lexicon, run.organization_id))
             work: queue.SimpleQueue[_Group] = queue.SimpleQueue()
             groups = _groups(self.provider, run, plan.items)
             for group in groups:

@@ -188,7 +188,13 @@ def run_due_passes(uow_factory: UowFactory, limit: int = 100) -> int:
             uow.commit()
         if claim is None:
             break
-        done += stale_pass(uow_factory, claim)
+        try:
+            done += stale_pass(uow_factory, claim)
+        except Exception:
+            with uow_factory() as uow:
+                uow.lexicon.release_pass(claim)
+                uow.commit()
+            raise
     return done
 
 

@@ -98,6 +98,7 @@ class Lexicons(Protocol):
     def claim_stale_pass(self, lease_seconds: float) -> PassClaim | None: ...
     def renew_pass(self, claim: PassClaim, lease_seconds: float) -> bool: ...
     def finish_pass(self, claim: PassClaim) -> bool: ...
+    def release_pass(self, claim: PassClaim) -> None: ...
     def next_job(self, organization_id: int, after: int) -> int | None: ...
     def lock_done_items(self, job_id: int, after: int, limit: int) -> list[DoneItem]: ...
     def set_stale(self, job_id: int, stale: Sequence[int], fresh: Sequence[int]) -> None: ...
@@ -247,6 +248,18 @@ class LexiconRepository:
             .returning(lexicons.c.organization_id)
         ).first()
         return row is not None
+
+    def release_pass(self, claim: PassClaim) -> None:
+        """Give a failed pass's lease back (while it is still this grant's), so that the
+        next nudge or tick does it again at once instead of after the lease."""
+        self.session.execute(
+            update(lexicons)
+            .where(
+                lexicons.c.organization_id == claim.organization_id,
+                lexicons.c.pass_token == claim.token,
+            )
+            .values(pass_expires_at=None)
+        )
 
     def next_job(self, organization_id: int, after: int) -> int | None:
         """The organization's next job id after ``after`` (None: no more)."""
