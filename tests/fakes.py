@@ -368,8 +368,8 @@ class FakeLexicon:
     def release_pass(self, claim: PassClaim) -> None:
         pass
 
-    def next_job(self, organization_id: int, after: int) -> int | None:
-        return None
+    def job_ids(self, organization_id: int) -> list[int]:
+        return []
 
     def lock_done_items(self, job_id: int, after: int, limit: int) -> list[DoneItem]:
         return []

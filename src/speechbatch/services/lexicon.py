@@ -141,7 +141,7 @@ def split(rows: Iterable[DoneItem], lexicon: Lexicon) -> tuple[list[int], list[i
 
 def _mark_job(uow_factory: UowFactory, claim: PassClaim, lexicon: Lexicon, job_id: int) -> bool:
     """Mark one job's DONE items, a chunk per transaction; False when the lease is lost."""
-    after = 0
+    after = -1
     while True:
         with uow_factory() as uow:
             if not uow.lexicon.renew_pass(claim, PASS_LEASE_SECONDS):
@@ -152,7 +152,7 @@ def _mark_job(uow_factory: UowFactory, claim: PassClaim, lexicon: Lexicon, job_i
             uow.commit()
         if len(rows) < CHUNK:
             return True
-        after = rows[-1].id
+        after = rows[-1].position
 
 
 def stale_pass(uow_factory: UowFactory, claim: PassClaim) -> bool:
@@ -160,15 +160,13 @@ def stale_pass(uow_factory: UowFactory, claim: PassClaim) -> bool:
     time) and record the version they answer; whether it finished under its grant."""
     with uow_factory(read_only=True) as uow:
         lexicon = compiled_lexicon(uow.lexicon, claim.organization_id)
+        jobs = uow.lexicon.job_ids(claim.organization_id)
     # The rules read may be newer than the claimed version: the marks answer them.
     claim = PassClaim(claim.organization_id, claim.token, lexicon.version)
-    job: int | None = 0
-    while job is not None:
-        if job and not _mark_job(uow_factory, claim, lexicon, job):
+    for job in jobs:
+        if not _mark_job(uow_factory, claim, lexicon, job):
             log.warning("stale pass lost its lease org=%s", claim.organization_id)
             return False
-        with uow_factory(read_only=True) as uow:
-            job = uow.lexicon.next_job(claim.organization_id, job)
     with uow_factory() as uow:
         won = uow.lexicon.finish_pass(claim)
         uow.commit()

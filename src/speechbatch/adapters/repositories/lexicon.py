@@ -19,6 +19,7 @@ from sqlalchemy import (
     Table,
     and_,
     delete,
+    exists,
     func,
     insert,
     or_,
@@ -81,6 +82,7 @@ class DoneItem:
 
     id: int
     job_id: int
+    position: int
     text: str
     stale: bool
     take_spoken_text: str
@@ -99,7 +101,7 @@ class Lexicons(Protocol):
     def renew_pass(self, claim: PassClaim, lease_seconds: float) -> bool: ...
     def finish_pass(self, claim: PassClaim) -> bool: ...
     def release_pass(self, claim: PassClaim) -> None: ...
-    def next_job(self, organization_id: int, after: int) -> int | None: ...
+    def job_ids(self, organization_id: int) -> list[int]: ...
     def lock_done_items(self, job_id: int, after: int, limit: int) -> list[DoneItem]: ...
     def set_stale(self, job_id: int, stale: Sequence[int], fresh: Sequence[int]) -> None: ...
     def done_items(self, organization_id: int) -> Iterator[DoneItem]: ...
@@ -261,14 +263,19 @@ class LexiconRepository:
             .values(pass_expires_at=None)
         )
 
-    def next_job(self, organization_id: int, after: int) -> int | None:
-        """The organization's next job id after ``after`` (None: no more)."""
-        found = self.session.execute(
-            select(func.min(jobs.c.id)).where(
-                jobs.c.organization_id == organization_id, jobs.c.id > after
+    def job_ids(self, organization_id: int) -> list[int]:
+        """The organization's job ids, in order (a pass walks them; a job made after
+        it began is sent with the new rules already)."""
+        ids: Sequence[int] = (
+            self.session.execute(
+                select(jobs.c.id)
+                .where(jobs.c.organization_id == organization_id)
+                .order_by(jobs.c.id)
             )
-        ).scalar()
-        return None if found is None else int(found)
+            .scalars()
+            .all()
+        )
+        return [int(job_id) for job_id in ids]
 
     def lock_done_items(self, job_id: int, after: int, limit: int) -> list[DoneItem]:
         """Lock the job row (shared: writers of its items wait), then read up to
@@ -309,23 +316,34 @@ class LexiconRepository:
             yield _done_item(row)
 
 
-def _done_items() -> Any:
-    return (
-        select(
-            items.c.id,
-            items.c.job_id,
-            items.c.text,
-            items.c.stale,
-            takes.c.spoken_text,
-            or_(
-                takes.c.text != items.c.text,
-                takes.c.voice != jobs.c.voice,
-                takes.c.options != jobs.c.options,
-            ).label("other_reason"),
+_CURRENT_TAKE = (takes.c.item_id == items.c.id, takes.c.take == items.c.current_take)
+_OTHER_REASON = or_(
+    takes.c.text != items.c.text,
+    takes.c.voice != jobs.c.voice,
+    takes.c.options != jobs.c.options,
+)
+
+
+def _done_items(*, probe: bool = False) -> Any:
+    """DONE items with their current take's spoken text and whether the take answered
+    another text, voice or options than the job has now. ``probe``: the take is looked
+    up per item (two index probes), which a chunk of one job wants; without, one join,
+    which a scan of a whole organization wants."""
+    columns = (items.c.id, items.c.job_id, items.c.position, items.c.text, items.c.stale)
+    if probe:
+        spoken = select(takes.c.spoken_text).where(*_CURRENT_TAKE).scalar_subquery()
+        other = exists().where(*_CURRENT_TAKE, _OTHER_REASON)
+        return (
+            select(*columns, spoken.label("spoken_text"), other.label("other_reason"))
+            .select_from(items)
+            .join(jobs, jobs.c.id == items.c.job_id)
+            .where(items.c.status == ItemStatus.DONE, items.c.current_take.is_not(None))
         )
+    return (
+        select(*columns, takes.c.spoken_text, _OTHER_REASON.label("other_reason"))
         .select_from(items)
         .join(jobs, jobs.c.id == items.c.job_id)
-        .join(takes, and_(takes.c.item_id == items.c.id, takes.c.take == items.c.current_take))
+        .join(takes, and_(*_CURRENT_TAKE))
         .where(items.c.status == ItemStatus.DONE)
     )
 
@@ -334,6 +352,7 @@ def _done_item(row: Any) -> DoneItem:
     return DoneItem(
         int(row.id),
         int(row.job_id),
+        int(row.position),
         row.text,
         bool(row.stale),
         row.spoken_text,
