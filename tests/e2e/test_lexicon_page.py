@@ -44,7 +44,7 @@ def test_write_check_save_and_preview_rules_by_keyboard(
         page.keyboard.press("Control+A")
         page.keyboard.type(f"SQL = sequel\nDr\\. = Doctor [regex]\nkg{width} = kilograms")
         page.keyboard.press("Tab")  # the help text is not focusable: the Check button is
-        page.keyboard.press("Tab")
+        expect(page.locator("button[value='check']")).to_be_focused()
         page.keyboard.press("Enter")
         expect(page.locator("#lexicon-impact")).to_contain_text("0 lines in 0 jobs")
         _fits(page)

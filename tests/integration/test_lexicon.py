@@ -285,4 +285,4 @@ def test_the_page_checks_a_change_before_saving_it_and_previews_a_sentence(
         "/lexicon", data={"rules": "(a+)+ = x [regex]", "action": "check", "csrf_token": csrf}
     )
     assert bad.status_code == 422 and "run away" in text_of(bad)
-    assert "&#39;" not in text_of(bad) or "rule 1" in text_of(bad)
+    assert "&#39;" not in text_of(bad) and "rule 1 “(a+)+”" in text_of(bad)

@@ -74,20 +74,16 @@ def _check_regex(n: int, rule: Rule) -> Any:
     try:
         compiled = regex.compile(rule.match, _flags(rule))
     except (regex.error, OverflowError, RecursionError, ValueError) as exc:
-        raise LexiconError(
-            f"rule {n} ({rule.match!r}): the regex does not compile: {exc}"
-        ) from None
+        raise LexiconError(f"rule {n} “{rule.match}”: the regex does not compile: {exc}") from None
     if _NESTED.search(rule.match):
-        raise LexiconError(
-            f"rule {n} ({rule.match!r}): nested repetition such as (a+)+ can run away"
-        )
+        raise LexiconError(f"rule {n} “{rule.match}”: nested repetition such as (a+)+ can run away")
     try:
         if compiled.fullmatch("", timeout=PROBE_SECONDS) is not None:
-            raise LexiconError(f"rule {n} ({rule.match!r}): the regex matches empty text")
+            raise LexiconError(f"rule {n} “{rule.match}”: the regex matches empty text")
         for probe in _probes(rule.match):
             compiled.search(probe, timeout=PROBE_SECONDS)
     except TimeoutError:
-        raise LexiconError(f"rule {n} ({rule.match!r}): the regex can run away") from None
+        raise LexiconError(f"rule {n} “{rule.match}”: the regex can run away") from None
     return compiled
 
 
@@ -108,7 +104,7 @@ def _one_rule(n: int, item: Any) -> Rule:
         raise LexiconError(f"rule {n}: must be an object with match and say")
     unknown = sorted(set(item) - {"match", "say", "regex", "case_sensitive"})
     if unknown:
-        raise LexiconError(f"rule {n}: unknown field {unknown[0]!r}")
+        raise LexiconError(f"rule {n}: unknown field “{unknown[0]}”")
     match, say = item.get("match"), item.get("say", "")
     if not isinstance(match, str) or not 1 <= len(match) <= MAX_MATCH or not match.strip():
         raise LexiconError(f"rule {n}: match must be 1 to {MAX_MATCH} characters")
