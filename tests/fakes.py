@@ -356,6 +356,9 @@ class FakeLexicon:
     def replace_rules(self, organization_id: int, rules: Sequence[Rule]) -> int:
         raise NotImplementedError
 
+    def pass_due(self) -> bool:
+        return False
+
     def claim_stale_pass(self, lease_seconds: float) -> PassClaim | None:
         return None
 

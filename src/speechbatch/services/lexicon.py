@@ -181,6 +181,9 @@ def run_due_passes(uow_factory: UowFactory, limit: int = 100) -> int:
     finished. Any process's background tick calls it."""
     done = 0
     for _ in range(limit):
+        with uow_factory(read_only=True) as uow:
+            if not uow.lexicon.pass_due():
+                break
         with uow_factory() as uow:
             claim = uow.lexicon.claim_stale_pass(PASS_LEASE_SECONDS)
             uow.commit()

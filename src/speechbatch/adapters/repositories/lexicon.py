@@ -97,6 +97,7 @@ class Lexicons(Protocol):
     def stamp(self, organization_id: int) -> LexiconStamp: ...
     def state(self, organization_id: int) -> PassState: ...
     def replace_rules(self, organization_id: int, rules: Sequence[Rule]) -> int: ...
+    def pass_due(self) -> bool: ...
     def claim_stale_pass(self, lease_seconds: float) -> PassClaim | None: ...
     def renew_pass(self, claim: PassClaim, lease_seconds: float) -> bool: ...
     def finish_pass(self, claim: PassClaim) -> bool: ...
@@ -194,6 +195,19 @@ class LexiconRepository:
                 ],
             )
         return int(version)
+
+    def pass_due(self) -> bool:
+        """Whether some organization's stale pass is due (a read: a tick that finds
+        none takes no write lock)."""
+        due = self.session.execute(
+            select(lexicons.c.organization_id)
+            .where(
+                lexicons.c.stale_version < lexicons.c.version,
+                or_(lexicons.c.pass_expires_at.is_(None), lexicons.c.pass_expires_at <= db_now()),
+            )
+            .limit(1)
+        ).first()
+        return due is not None
 
     def claim_stale_pass(self, lease_seconds: float) -> PassClaim | None:
         """Claim a due stale pass (an organization whose marks answer an older version,
