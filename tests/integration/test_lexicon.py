@@ -4,6 +4,8 @@ recomputation), a change while a run is sending, and the /lexicon page."""
 
 from __future__ import annotations
 
+import threading
+import time
 from typing import Any
 
 import pytest
@@ -16,7 +18,7 @@ from speechbatch.app import Services
 from speechbatch.domain.lexicon import Lexicon, Rule
 from speechbatch.services import editing, lexicon, spending
 from tests.fakes import FakeProvider
-from tests.helpers import view, wait_for
+from tests.helpers import claim, view, wait_for
 from tests.integration.test_pages import sign_in, text_of
 from tests.integration.test_spending import (
     GatedProvider,
@@ -172,6 +174,67 @@ def test_a_change_while_a_run_is_sending_leaves_its_outdated_lines_stale(
     assert provider.calls["Learn SQL today."] == 1 and provider.calls["set SQL."] == 1
     assert stale_of(svc, admin, job_id) == [True, False, True]
     assert job["progress"]["stale"] == 2
+
+
+def test_a_finish_that_read_the_old_version_is_seen_by_the_pass_of_the_new_one(
+    svc: Services, admin: UserRecord, backend: str
+) -> None:
+    """The tightest interleaving: an item's DONE move reads the version before a PUT
+    commits, and commits only after the PUT and the start of its stale pass. The pass
+    reads that job only once the move has committed (the job row's lock, or SQLite's
+    one writer at a time), so the new take is marked all the same."""
+    job_id = job_of(svc, admin, ["Learn SQL today."])
+    attempt = claim(svc, admin, job_id)
+    assert attempt is not None
+    item_id = view(svc, admin, job_id)["items"][0]["id"]
+    with svc.uow_factory() as uow:
+        assert uow.runs.start_item(job_id, attempt, item_id) is not None
+        uow.commit()
+
+    def put_then_pass() -> None:
+        with svc.uow_factory() as uow:
+            uow.lexicon.replace_rules(admin.organization_id, [Rule("SQL", "sequel")])
+            uow.commit()
+        lexicon.run_due_passes(svc.uow_factory)
+
+    other = threading.Thread(target=put_then_pass)
+    with svc.uow_factory() as uow:
+        done = uow.runs.finish_item(
+            job_id, attempt, item_id, audio_path=f"jobs/{job_id}/x.mp3", audio_bytes=3,
+            audio_sha256="0" * 64, fingerprint="f", spoken_text="Learn SQL today.",
+        )  # fmt: skip
+        assert done and done.lexicon_version == 0
+        other.start()
+        if backend == "postgresql":  # the pass waits for the job row
+            wait_for(lambda: _waiting_for_a_lock(svc), timeout=5)
+        else:  # the PUT waits for the one writer
+            time.sleep(0.3)
+        uow.commit()
+    other.join(20)
+    assert lexicon.get_lexicon(svc.uow_factory, admin)["stale_pass"] == "done"
+    assert stale_of(svc, admin, job_id) == [True]
+
+
+def _waiting_for_a_lock(svc: Services) -> bool:
+    with svc.engine.connect() as conn:
+        waiting = conn.exec_driver_sql(
+            "SELECT count(*) FROM pg_stat_activity"
+            " WHERE datname = current_database() AND wait_event_type = 'Lock'"
+        ).scalar_one()
+    return bool(waiting)
+
+
+def test_a_job_bigger_than_a_chunk_is_marked_in_several_chunks(
+    svc: Services, admin: UserRecord, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(lexicon, "CHUNK", 2)
+    job_id = job_of(svc, admin, ["SQL one.", "Two.", "SQL three.", "Four.", "SQL five."])
+    run(svc, admin, job_id)
+    with svc.uow_factory() as uow:
+        uow.lexicon.replace_rules(admin.organization_id, [Rule("SQL", "sequel")])
+        uow.commit()
+    assert lexicon.run_due_passes(svc.uow_factory) == 1
+    assert stale_of(svc, admin, job_id) == [True, False, True, False, True]
 
 
 def test_a_pass_whose_process_died_is_done_again_after_its_lease(

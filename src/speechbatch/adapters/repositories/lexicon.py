@@ -293,16 +293,18 @@ class LexiconRepository:
 
     def lock_done_items(self, job_id: int, after: int, limit: int) -> list[DoneItem]:
         """Lock the job row (shared: writers of its items wait), then read up to
-        ``limit`` of its DONE items with a current take, ids after ``after``."""
+        ``limit`` of its DONE items with a current take, positions after ``after`` (in
+        position order: a range of the (job, position) index, however big the job)."""
         self.session.execute(
             select(jobs.c.id).where(jobs.c.id == job_id).with_for_update(read=True)
         )
         rows = self.session.execute(
-            _done_items().where(items.c.job_id == job_id, items.c.id > after)
-            .order_by(items.c.id)
+            _done_items(probe=True).where(items.c.job_id == job_id, items.c.position > after)
+            .order_by(items.c.position)
             .limit(limit)
         ).all()  # fmt: skip
-        return [_done_item(r) for r in rows]
+        # An item whose take row is gone (none should be) is left as it is.
+        return [_done_item(r) for r in rows if r.spoken_text is not None]
 
     def set_stale(self, job_id: int, stale: Sequence[int], fresh: Sequence[int]) -> None:
         """Mark ``stale`` items stale and ``fresh`` ones not (items of the locked job),
