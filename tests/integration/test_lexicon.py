@@ -217,7 +217,7 @@ def test_a_finish_that_read_the_old_version_is_seen_by_the_pass_of_the_new_one(
 
 def _waiting_for_a_lock(svc: Services) -> bool:
     with svc.engine.connect() as conn:
-        waiting = conn.exec_driver_sql(
+        waiting: int = conn.exec_driver_sql(
             "SELECT count(*) FROM pg_stat_activity"
             " WHERE datname = current_database() AND wait_event_type = 'Lock'"
         ).scalar_one()
