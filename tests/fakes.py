@@ -7,7 +7,7 @@ import json
 import threading
 import time
 from collections import Counter
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any, Literal, overload
 
@@ -30,12 +30,20 @@ from speechbatch.adapters.repositories.edits import Edits
 from speechbatch.adapters.repositories.exports import Exports
 from speechbatch.adapters.repositories.job_locks import Locks
 from speechbatch.adapters.repositories.ledger import JobItems, Usage
+from speechbatch.adapters.repositories.lexicon import (
+    DoneItem,
+    Lexicons,
+    LexiconStamp,
+    PassClaim,
+    PassState,
+)
 from speechbatch.adapters.repositories.renders import Renders
 from speechbatch.adapters.repositories.resume import Resumes
 from speechbatch.adapters.repositories.slots import SlotReads
 from speechbatch.adapters.repositories.takes import Takes
 from speechbatch.adapters.repositories.webhooks import Webhooks
 from speechbatch.adapters.repositories.workers import Workers
+from speechbatch.domain.lexicon import Rule
 
 
 def fake_audio(text: str) -> bytes:
@@ -333,6 +341,49 @@ class FakeSpending:
         return set()
 
 
+class FakeLexicon:
+    """An organization without pronunciation rules: every text is spoken as written."""
+
+    def rules(self, organization_id: int) -> tuple[LexiconStamp, list[Rule]]:
+        return LexiconStamp(0, None), []
+
+    def stamp(self, organization_id: int) -> LexiconStamp:
+        return LexiconStamp(0, None)
+
+    def state(self, organization_id: int) -> PassState:
+        return PassState(0, 0, False)
+
+    def replace_rules(self, organization_id: int, rules: Sequence[Rule]) -> int:
+        raise NotImplementedError
+
+    def pass_due(self) -> bool:
+        return False
+
+    def claim_stale_pass(self, lease_seconds: float) -> PassClaim | None:
+        return None
+
+    def renew_pass(self, claim: PassClaim, lease_seconds: float) -> bool:
+        return False
+
+    def finish_pass(self, claim: PassClaim) -> bool:
+        return False
+
+    def release_pass(self, claim: PassClaim) -> None:
+        pass
+
+    def job_ids(self, organization_id: int) -> list[int]:
+        return []
+
+    def lock_done_items(self, job_id: int, after: int, limit: int) -> list[DoneItem]:
+        return []
+
+    def set_stale(self, job_id: int, stale: Sequence[int], fresh: Sequence[int]) -> None:
+        pass
+
+    def done_items(self, organization_id: int) -> Iterator[DoneItem]:
+        return iter(())
+
+
 class FakeUnitOfWork:
     """A unit of work over one FakeRepository that counts commits."""
 
@@ -357,6 +408,7 @@ class FakeUnitOfWork:
         self.repo = repo
         self.committed = 0
         self.spending = FakeSpending()
+        self.lexicon: Lexicons = FakeLexicon()
 
     @property
     def jobs(self) -> FakeRepository:

@@ -30,6 +30,7 @@ from speechbatch.runner.worker import WorkerTier
 from speechbatch.services import Limits
 from speechbatch.services.export_queue import take_queued_exports
 from speechbatch.services.exports import wait_for_exports
+from speechbatch.services.lexicon import StalePasses
 from speechbatch.services.ports import Storage
 from speechbatch.services.render_builder import wait_for_renders
 from speechbatch.services.renders import take_queued_renders
@@ -68,9 +69,13 @@ class Services:
     documents: DocumentCache = field(default_factory=DocumentCache)
     # The LISTEN connection's DSN on PostgreSQL (slot releases, runs for the worker tier).
     listen_dsn: str | None = None
+    # The thread that writes the stale marks after a lexicon change (a PUT nudges it).
+    stale_passes: StalePasses | None = None
 
     def dispose(self) -> None:
-        """Close the pooled connections of both engines."""
+        """Close the pooled connections of both engines (after the stale pass ends)."""
+        if self.stale_passes is not None:
+            self.stale_passes.wait(10.0)
         self.engine.dispose()
         if self.statement_engine is not None:
             self.statement_engine.dispose()
@@ -169,7 +174,8 @@ def build_services(settings: Settings, provider: TTSProvider | None = None) -> S
     if engine.dialect.name == "postgresql":
         # The slot listener's own connection (LISTEN): a plain psycopg DSN.
         listen_dsn = engine.url.set(drivername="postgresql").render_as_string(hide_password=False)
-    runner = _make_runner(uow_factory, provider, storage, settings, listen_dsn)
+    stale_passes = StalePasses(uow_factory)
+    runner = _make_runner(uow_factory, provider, storage, settings, listen_dsn, stale_passes)
     runner.background_work.append(webhook_senders(settings, runner))
     return Services(
         settings=settings,
@@ -181,6 +187,7 @@ def build_services(settings: Settings, provider: TTSProvider | None = None) -> S
         run_control=RunHandOff(provider) if settings.runs_in_workers else runner,
         statement_engine=statement_engine,
         listen_dsn=listen_dsn,
+        stale_passes=stale_passes,
     )
 
 
@@ -190,12 +197,19 @@ def _make_runner(
     storage: Storage,
     settings: Settings,
     listen_dsn: str | None,
+    stale_passes: StalePasses,
 ) -> Runner:
-    """A runner of this process, whose background tick resumes interrupted jobs."""
+    """A runner of this process, whose background tick resumes interrupted jobs and
+    starts a due lexicon stale pass (a dead process's, or one a PUT left to a tick)."""
     from speechbatch.runner.loops import resume_interrupted
 
     runner = Runner(uow_factory, provider, storage, settings, listen_dsn)
-    runner.background_tick = lambda: resume_interrupted(uow_factory, runner)
+
+    def tick() -> None:
+        resume_interrupted(uow_factory, runner)
+        stale_passes.nudge()
+
+    runner.background_tick = tick
     return runner
 
 

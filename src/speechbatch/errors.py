@@ -56,6 +56,12 @@ class ValidationError(SpeechbatchError):
         self.field = field
 
 
+class InvalidRule(ValidationError):
+    """A lexicon rule cannot be used: nothing was changed."""
+
+    code = "invalid_rule"
+
+
 class TooManySignIns(SpeechbatchError):
     """Too many failed sign-ins for this email from this address; try again later."""
 

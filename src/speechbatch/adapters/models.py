@@ -22,8 +22,9 @@ from sqlalchemy.orm import Mapped, mapped_column
 
 from speechbatch.adapters.db import Base, Id, UTCDateTime, db_now
 
-# Renders and webhooks live in a module of their own; importing them here registers
+# Renders, webhooks and the lexicon live in modules of their own; importing them here registers
 # their tables with every reader of this schema.
+from speechbatch.adapters.models_lexicon import Lexicon, LexiconRule
 from speechbatch.adapters.models_outputs import (
     Render,
     Webhook,
@@ -41,6 +42,8 @@ __all__ = [
     "ExportStatus",
     "ItemStatus",
     "JobStatus",
+    "Lexicon",
+    "LexiconRule",
     "Render",
     "RunOutcome",
     "Webhook",

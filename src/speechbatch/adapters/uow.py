@@ -51,6 +51,7 @@ from speechbatch.adapters.repositories.edits import Edits, EditsRepository
 from speechbatch.adapters.repositories.exports import ExportRepository, Exports
 from speechbatch.adapters.repositories.job_locks import LockRepository, Locks, is_unique_violation
 from speechbatch.adapters.repositories.ledger import Spending, SpendingRepository
+from speechbatch.adapters.repositories.lexicon import LexiconRepository, Lexicons
 from speechbatch.adapters.repositories.renders import RenderRepository, Renders
 from speechbatch.adapters.repositories.resume import ResumeRepository, Resumes
 from speechbatch.adapters.repositories.slots import SlotReads, SlotRepository
@@ -121,6 +122,8 @@ class ReadUnit(Protocol):
     def deliveries(self) -> Deliveries: ...
     @property
     def takes(self) -> Takes: ...
+    @property
+    def lexicon(self) -> Lexicons: ...
 
     def __enter__(self) -> Self: ...
     def __exit__(
@@ -166,6 +169,8 @@ class RunUnit(Protocol):
     def resume(self) -> ResumeRepository: ...
     @property
     def deliveries(self) -> DeliveriesRepository: ...
+    @property
+    def lexicon(self) -> LexiconRepository: ...
 
     def __enter__(self) -> Self: ...
     def __exit__(
@@ -211,6 +216,7 @@ class _Unit:
         self.webhooks = WebhooksRepository(self.session)
         self.deliveries = DeliveriesRepository(self.session)
         self.takes = TakeReads(self.session)
+        self.lexicon = LexiconRepository(self.session)
 
     def __exit__(
         self,

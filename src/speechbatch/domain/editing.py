@@ -7,6 +7,8 @@ import math
 from collections.abc import Mapping
 from typing import Any
 
+from speechbatch.domain.lexicon import Lexicon
+
 MIN_SPEED = 0.25
 MAX_SPEED = 4.0
 MAX_INSTRUCTIONS = 2000
@@ -16,12 +18,10 @@ class OptionsError(ValueError):
     """Job options that are not valid; the message says which and why."""
 
 
-def spoken_text(text: str) -> str:
-    """The spoken text of an item: what is sent, billed, estimated and fingerprinted.
-
-    The one place that says it, so the lexicon (rules per organization) plugs in here.
-    """
-    return text
+def spoken_text(text: str, lexicon: Lexicon | None = None) -> str:
+    """The spoken text of an item: what is sent, billed, estimated and fingerprinted:
+    its text with the organization's lexicon applied (None: no rules)."""
+    return text if lexicon is None else lexicon.apply(text)
 
 
 def clean_options(raw: Any) -> dict[str, Any]:

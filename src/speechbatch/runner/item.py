@@ -34,8 +34,10 @@ from speechbatch.adapters.repositories.slots import SlotGrant
 from speechbatch.adapters.uow import RunUnit
 from speechbatch.config import Settings
 from speechbatch.domain.editing import spoken_text
+from speechbatch.domain.lexicon import EMPTY, Lexicon
 from speechbatch.errors import BudgetExceeded, DatabaseUnavailable, Fenced
 from speechbatch.runner.gate import ProviderGate, Waiting
+from speechbatch.runner.lexicon import checked
 from speechbatch.runner.measure import Measured, measure_audio
 from speechbatch.runner.transactions import Transactions
 from speechbatch.services.ports import Storage
@@ -68,6 +70,9 @@ class Run:
     organization_id: int = 0
     # The job's options (speed, instructions), sent with every call of the run.
     options: dict[str, Any] = field(default_factory=dict)
+    # The organization's rules when the run began: every item of the run is sent,
+    # billed and fingerprinted with them (see ``runner/lexicon.py`` for a change).
+    lexicon: Lexicon = EMPTY
     regenerate: bool = False
     # Set (with the message) when the budget could not pay for the next call.
     over_budget: str | None = None
@@ -146,7 +151,7 @@ class Items:
                     self.gate.wait(mark, run.job_id, refused.at_share)
                     continue
                 except BudgetExceeded:
-                    stop_over_budget(self.tx, run, item_id, len(spoken_text(text)))
+                    stop_over_budget(self.tx, run, item_id, len(spoken_text(text, run.lexicon)))
                     return None
                 if started is None:
                     self.fence(run)  # raises Fenced, or the item was not startable
@@ -163,13 +168,13 @@ class Items:
         started = uow.runs.start_item(run.job_id, run.attempt, item_id, reuse_fingerprint=lookup)
         if started is None:
             return None
-        spoken = spoken_text(started.text)
+        spoken = spoken_text(started.text, run.lexicon)
         source = started.reusable_item_id
         if source is not None:
-            reused = uow.runs.reuse_audio(
+            reused = checked(uow, run, item_id, spoken, uow.runs.reuse_audio(
                 run.job_id, run.attempt, item_id, source, fingerprint,
                 spoken_text=spoken, keep=self.settings.takes_kept,
-            )  # fmt: skip
+            ))  # fmt: skip
             if reused:
                 return Started(
                     item_id,
@@ -235,7 +240,7 @@ class Items:
 
         def work(uow: RunUnit) -> FinishedItem:
             if key is not None and audio is not None:
-                return uow.runs.finish_item(
+                done = uow.runs.finish_item(
                     run.job_id,
                     run.attempt,
                     started.item_id,
@@ -249,6 +254,7 @@ class Items:
                     spoken_text=started.text,
                     keep=self.settings.takes_kept,
                 )
+                return checked(uow, run, started.item_id, started.text, done)
             return uow.runs.finish_item(
                 run.job_id, run.attempt, started.item_id, error_message=error or "failed"
             )
@@ -266,12 +272,9 @@ class Items:
     ) -> None:
         """A duplicate of an item this run has just finished shares its audio (no call)."""
         keep = self.settings.takes_kept
-        finished = self.fenced_tx(
-            run,
-            lambda uow: uow.runs.reuse_audio(
-                run.job_id, run.attempt, item_id, source, fingerprint, spoken_text=spoken, keep=keep
-            ),
-        )
+        reuse = (run.job_id, run.attempt, item_id, source, fingerprint)
+        finished = self.fenced_tx(run, lambda uow: checked(uow, run, item_id, spoken,
+            uow.runs.reuse_audio(*reuse, spoken_text=spoken, keep=keep)))  # fmt: skip
         if not finished:
             self.fence(run)
             return

@@ -21,11 +21,13 @@ from typing import Protocol, TypeVar
 
 from speechbatch.adapters import metrics
 from speechbatch.adapters.providers.base import TTSProvider
+from speechbatch.adapters.repositories.runs import RunPlan
 from speechbatch.adapters.repositories.slots import SlotRepository
-from speechbatch.adapters.uow import RunUowFactory
+from speechbatch.adapters.uow import RunUnit, RunUowFactory
 from speechbatch.config import Settings
 from speechbatch.domain.editing import parse_options, spoken_text
 from speechbatch.domain.fingerprints import fingerprinter
+from speechbatch.domain.lexicon import Lexicon
 from speechbatch.errors import Fenced
 from speechbatch.runner.call import Calls
 from speechbatch.runner.gate import ProviderGate
@@ -33,6 +35,7 @@ from speechbatch.runner.heartbeat import WorkerIdentity
 from speechbatch.runner.item import Items, Run
 from speechbatch.runner.loops import BackgroundLoop
 from speechbatch.runner.transactions import Transactions
+from speechbatch.services.lexicon import compiled_lexicon
 from speechbatch.services.ports import Storage
 
 log = logging.getLogger(__name__)
@@ -47,6 +50,26 @@ class _Group:
 
     fingerprint: str
     items: list[tuple[int, str]]
+
+
+def _plan(uow: RunUnit, run: Run) -> tuple[RunPlan, Lexicon]:
+    """The run's plan and its organization's rules, read once in one transaction (the
+    rules are cached per version: no statement per item for them)."""
+    plan = uow.runs.run_plan(run.job_id, run.attempt)
+    return plan, compiled_lexicon(uow.lexicon, plan.organization_id)
+
+
+def _groups(provider: TTSProvider, run: Run, items: list[tuple[int, str]]) -> list[_Group]:
+    """The run's items grouped by fingerprint (of their spoken text, with the rules the
+    run began with), in the order of each group's first item."""
+    fingerprint = fingerprinter(provider)
+    groups: dict[str, _Group] = {}
+    for item_id, text in items:
+        fp = fingerprint(
+            run.organization_id, run.voice, spoken_text(text, run.lexicon), run.options
+        )
+        groups.setdefault(fp, _Group(fp, [])).items.append((item_id, text))
+    return list(groups.values())
 
 
 class Background(Protocol):
@@ -152,11 +175,11 @@ class Runner:
         try:
             # Registered before any item: an item's start takes its slot as this worker.
             self.worker_id()
-            plan = self.tx(lambda uow: uow.runs.run_plan(run.job_id, run.attempt))
+            plan, run.lexicon = self.tx(lambda uow: _plan(uow, run))
             run.voice, run.organization_id = plan.voice, plan.organization_id
             run.regenerate, run.options = plan.regenerate, parse_options(plan.options)
             work: queue.SimpleQueue[_Group] = queue.SimpleQueue()
-            groups = self._groups(run, plan.items)
+            groups = _groups(self.provider, run, plan.items)
             for group in groups:
                 work.put(group)
             threads = [
@@ -181,15 +204,6 @@ class Runner:
             run.done.set()
             with self._lock:
                 self._runs.pop((run.job_id, run.attempt), None)
-
-    def _groups(self, run: Run, items: list[tuple[int, str]]) -> list[_Group]:
-        """The run's items grouped by fingerprint, in the order of each group's first item."""
-        fingerprint = fingerprinter(self.provider)
-        groups: dict[str, _Group] = {}
-        for item_id, text in items:
-            fp = fingerprint(run.organization_id, run.voice, spoken_text(text), run.options)
-            groups.setdefault(fp, _Group(fp, [])).items.append((item_id, text))
-        return list(groups.values())
 
     def _end(self, run: Run, *, left: bool) -> None:
         """End the run: fenced (nothing to write), interrupted (draining with items
@@ -255,7 +269,8 @@ class Runner:
                 if self._process_item(run, item_id, text, group.fingerprint):
                     source = item_id
                 continue
-            self.items.reuse_duplicate(run, item_id, source, group.fingerprint, spoken_text(text))
+            spoken = spoken_text(text, run.lexicon)
+            self.items.reuse_duplicate(run, item_id, source, group.fingerprint, spoken)
 
     def _process_item(self, run: Run, item_id: int, text: str, fingerprint: str) -> bool:
         """Start, call and finish one item; whether it ended DONE with audio."""

@@ -25,6 +25,7 @@ from speechbatch.domain.fingerprints import fingerprinter
 from speechbatch.domain.statuses import JobStatus
 from speechbatch.errors import AlreadyGenerating, NotFound, ValidationError
 from speechbatch.services.jobs import MAX_ITEMS, Limits, validate_text
+from speechbatch.services.lexicon import compiled_lexicon
 from speechbatch.services.ports import Storage
 
 log = logging.getLogger(__name__)
@@ -141,7 +142,10 @@ def restore_take(
         if kept is None:
             raise NotFound("no such take of this item")
         fingerprint = fingerprinter(provider)(
-            job.organization_id, job.voice, spoken_text(kept.text), parse_options(job.options)
+            job.organization_id,
+            job.voice,
+            spoken_text(kept.text, compiled_lexicon(uow.lexicon, job.organization_id)),
+            parse_options(job.options),
         )
         orphans = uow.edits.restore_take(
             job_id, item_id, take, stale=kept.fingerprint != fingerprint

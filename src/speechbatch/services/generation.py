@@ -19,6 +19,7 @@ from speechbatch.errors import (
     NothingToGenerate,
     ValidationError,
 )
+from speechbatch.services.lexicon import compiled_lexicon
 from speechbatch.services.polls import _job_document
 from speechbatch.services.recovery import recover_stale
 from speechbatch.services.spending import check_budget
@@ -110,7 +111,10 @@ def _claim(
         )
         if recovery_first and head is not None and head.needs_recovery:
             return None
-        check_budget(uow.spending, runner.provider, user, job_id, regenerate=regenerate)
+        lexicon = compiled_lexicon(uow.lexicon, user.organization_id)
+        check_budget(
+            uow.spending, runner.provider, user, job_id, regenerate=regenerate, lexicon=lexicon
+        )
         if selection is None:
             attempt = uow.jobs.claim_job(
                 job_id,

@@ -41,6 +41,12 @@ class Storage(Protocol):
     def download_url(self, key: str, content_type: str, filename: str) -> str | None: ...
 
 
+class Nudge(Protocol):
+    """Background work that a request can ask to run now."""
+
+    def nudge(self) -> None: ...
+
+
 class AppServices(Protocol):
     """What request handlers and CLI commands are given, built once per app."""
 
@@ -52,6 +58,9 @@ class AppServices(Protocol):
     # SPEECHBATCH_RUNNER=worker) the hand-off that leaves runs to the worker tier.
     run_control: RunControl
     documents: DocumentCache
+    # Writes the stale marks after a lexicon change (a PUT nudges it); None: the
+    # background tick alone does.
+    stale_passes: Nudge | None
 
     @property
     def limits(self) -> Limits: ...

@@ -21,7 +21,9 @@ from speechbatch.adapters.uow import UowFactory
 from speechbatch.config import Settings
 from speechbatch.domain.editing import Selection, parse_options, spoken_text
 from speechbatch.domain.fingerprints import fingerprinter
+from speechbatch.domain.lexicon import Lexicon
 from speechbatch.errors import BudgetExceeded, NotFound, NotGenerating, ValidationError
+from speechbatch.services.lexicon import compiled_lexicon
 from speechbatch.services.ports import RunControl, Storage
 
 log = logging.getLogger(__name__)
@@ -68,6 +70,7 @@ def _plan(
     *,
     regenerate: bool,
     selection: Selection | None = None,
+    lexicon: Lexicon | None = None,
 ) -> CallPlan:
     found = repo.job_items(job_id, user.organization_id)
     if found is None:
@@ -76,7 +79,9 @@ def _plan(
     options = parse_options(found.options)
     rows = _selected(found.rows, selection) if selection is not None else found.rows
     regenerate = regenerate or selection is not None
-    spoken = ((r, spoken_text(r.text)) for r in rows if regenerate or r.status != ItemStatus.DONE)
+    spoken = (
+        (r, spoken_text(r.text, lexicon)) for r in rows if regenerate or r.status != ItemStatus.DONE
+    )
     requests = [
         (text, fingerprint(user.organization_id, found.voice, text, options)) for r, text in spoken
     ]
@@ -117,8 +122,9 @@ def estimate(
     now: calls, characters, reuse, price."""
     with uow_factory(read_only=True) as uow:
         plan = _plan(
-            uow.spending, provider, user, job_id, regenerate=regenerate, selection=selection
-        )
+            uow.spending, provider, user, job_id, regenerate=regenerate, selection=selection,
+            lexicon=compiled_lexicon(uow.lexicon, user.organization_id),
+        )  # fmt: skip
     return {
         "items": plan.calls,
         "characters": plan.characters,
@@ -134,6 +140,7 @@ def check_budget(
     job_id: int,
     *,
     regenerate: bool,
+    lexicon: Lexicon | None = None,
 ) -> None:
     """Raise BudgetExceeded when this month's budget cannot pay for any call a claim would
     make (inside the claim's transaction: ``spending`` is its repository).
@@ -150,7 +157,7 @@ def check_budget(
     longest = spending.longest_unsent(job_id, user.organization_id, regenerate=regenerate)
     if longest is None or longest <= remaining:
         return  # every call fits (or no such job: the claim says so)
-    plan = _plan(spending, provider, user, job_id, regenerate=regenerate)
+    plan = _plan(spending, provider, user, job_id, regenerate=regenerate, lexicon=lexicon)
     if plan.smallest_call is not None and plan.smallest_call > remaining:
         metrics.BUDGET_REFUSALS.labels(where="claim").inc()
         log.warning(

@@ -15,6 +15,8 @@ def register_web(app: Flask, csrf: CSRFProtect, *, production: bool) -> None:
         editing_pages,
         errors,
         exports_api,
+        lexicon_api,
+        lexicon_pages,
         metrics_api,
         openapi,
         pages,
@@ -38,6 +40,9 @@ def register_web(app: Flask, csrf: CSRFProtect, *, production: bool) -> None:
     app.register_blueprint(editing_api.bp)
     app.register_blueprint(editing_pages.bp)
     csrf.exempt(editing_api.bp)  # require_user checks X-CSRFToken on session writes
+    app.register_blueprint(lexicon_api.bp)
+    app.register_blueprint(lexicon_pages.bp)
+    csrf.exempt(lexicon_api.bp)  # require_user checks X-CSRFToken on session writes
     app.register_blueprint(tokens_api.bp)
     csrf.exempt(tokens_api.bp)  # require_user checks X-CSRFToken on session writes
     app.register_blueprint(webhooks_api.bp)

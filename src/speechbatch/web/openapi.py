@@ -769,6 +769,7 @@ def _body(schema: dict[str, Any]) -> dict[str, Any]:
 def document(limits: Limits) -> dict[str, Any]:
     """The OpenAPI 3.1 document of every ``/api/`` call, for the configured provider."""
     from speechbatch.web import openapi_renders  # it builds on this module's helpers
+    from speechbatch.web.openapi_lexicon import LEXICON_SCHEMAS, lexicon_paths
     from speechbatch.web.openapi_webhooks import WEBHOOK_SCHEMAS, webhook_paths
 
     return {
@@ -782,13 +783,20 @@ def document(limits: Limits) -> dict[str, Any]:
                 'Errors are `{"error": {"code", "message"}}`.'
             ),
         },
-        "paths": {**PATHS, **edit_paths(limits), **openapi_renders.PATHS, **webhook_paths()},
+        "paths": {
+            **PATHS,
+            **edit_paths(limits),
+            **openapi_renders.PATHS,
+            **webhook_paths(),
+            **lexicon_paths(),
+        },
         "components": {
             "schemas": {
                 **SCHEMAS,
                 **EDIT_SCHEMAS,
                 **openapi_renders.SCHEMAS,
                 **WEBHOOK_SCHEMAS,
+                **LEXICON_SCHEMAS,
                 "NewJob": _new_job(limits),
                 "ImportJob": _import_job(limits),
             },

@@ -32,6 +32,7 @@ from sqlalchemy.orm import Session
 from speechbatch.adapters.db import db_now
 from speechbatch.adapters.models import ItemStatus, JobStatus
 from speechbatch.adapters.repositories.channels import share_notice
+from speechbatch.adapters.repositories.lexicon import lexicon_version_of
 from speechbatch.adapters.repositories.tables import COUNTERS, items, jobs
 from speechbatch.adapters.repositories.takes import TakeMoves, take_number
 from speechbatch.config import DEFAULT_TAKES_KEPT
@@ -62,6 +63,10 @@ class FinishedItem:
 
     won: bool
     orphaned_audio_paths: tuple[str, ...] = ()
+    # The item's text and its organization's lexicon version, read after the fence:
+    # a run whose rules are older checks whether its spoken text is still right.
+    text: str = ""
+    lexicon_version: int = 0
 
     def __bool__(self) -> bool:
         return self.won
@@ -219,7 +224,7 @@ class ItemMoves(TakeMoves):
                 stale=false(),
                 updated_at=db_now(),
             )
-            .returning(items.c.audio_path, items.c.current_take)
+            .returning(*_done_columns(job_id))
         ).first()
         if row is None:
             return FinishedItem(won=False)
@@ -313,7 +318,12 @@ class ItemMoves(TakeMoves):
         refers to any more (``replaced``, takes that fell off)."""
         dropped = self.record_take(item_id, spoken_text, keep, done.current_take)
         orphaned = self.unreferenced([replaced, *dropped], keep=done.audio_path)
-        return FinishedItem(won=True, orphaned_audio_paths=tuple(orphaned))
+        return FinishedItem(True, tuple(orphaned), done.text, int(done.lexicon_version))
+
+    def mark_stale(self, job_id: int, item_id: int) -> None:
+        """Mark an item that has just become DONE stale: its run's rules were older than
+        the organization's, and the newer ones give another spoken text."""
+        self.session.execute(update(items).where(*_this_item(job_id, item_id)).values(stale=true()))
 
 
 def _done_update(job_id: int, item_id: int, done: dict[str, Any]) -> Update:
@@ -342,7 +352,20 @@ def _done_update(job_id: int, item_id: int, done: dict[str, Any]) -> Update:
             updated_at=db_now(),
             **done,
         )
-        .returning(items.c.audio_path, items.c.current_take)
+        .returning(*_done_columns(job_id))
+    )
+
+
+def _done_columns(job_id: int) -> tuple[Any, ...]:
+    """What a DONE move answers. Its statement runs after the fence took the job row's
+    lock, so the lexicon version it reads is at least the one a stale pass that has
+    already marked this job's items used (see ``repositories/lexicon.py``)."""
+    organization = select(jobs.c.organization_id).where(jobs.c.id == job_id).scalar_subquery()
+    return (
+        items.c.audio_path,
+        items.c.current_take,
+        items.c.text,
+        lexicon_version_of(organization).label("lexicon_version"),
     )
 
 

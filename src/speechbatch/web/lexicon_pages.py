@@ -1,0 +1,79 @@
+"""The ``/lexicon`` page: the organization's pronunciation rules as text (one a line),
+"Check" (what the change would make stale, before anything is saved), "Save", and a
+preview box. Forms carry the hidden ``csrf_token`` field (checked by CSRFProtect)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from flask import Blueprint, flash, redirect, render_template, request, url_for
+
+from speechbatch.domain.lexicon import LexiconError, Rule, lines_of, rules_from_lines
+from speechbatch.errors import ValidationError
+from speechbatch.services import lexicon as svc
+from speechbatch.web.context import services
+from speechbatch.web.pages import PageResponse, current, login_required
+
+bp = Blueprint("lexicon", __name__)
+
+
+def _page(status: int = 200, **shown: Any) -> PageResponse:
+    state = svc.get_lexicon(services().uow_factory, current())
+    shown.setdefault("rules_text", lines_of(Rule(**r) for r in state["rules"]))
+    page = render_template("lexicon.html", lexicon=state, **shown)
+    return (page, status) if status != 200 else page
+
+
+@bp.get("/lexicon")
+@login_required
+def lexicon_page() -> PageResponse:
+    """The rules, the state of the stale marks, and the preview box."""
+    return _page()
+
+
+@bp.post("/lexicon")
+@login_required
+def change_rules() -> PageResponse:
+    """``action=check``: show what the change would make stale; ``action=save``: save it."""
+    text = request.form.get("rules", "")
+    try:
+        body = {"rules": rules_from_lines(text)}
+        impact = svc.impact(services().uow_factory, current(), body)
+        if request.form.get("action") != "save":
+            return _page(rules_text=text, impact=impact, checked=True)
+        saved = svc.put_lexicon(services().uow_factory, current(), body)
+    except (LexiconError, ValidationError) as exc:
+        message = exc.message if isinstance(exc, ValidationError) else str(exc)
+        return _page(422, rules_text=text, error=message)
+    s = services()
+    if s.stale_passes is not None:
+        s.stale_passes.nudge()
+    flash(
+        f"Saved as version {saved['version']}: {_lines(impact)} became stale. "
+        "Regenerate them from each job's page when you are ready.",
+        "ok",
+    )
+    return redirect(url_for("lexicon.lexicon_page"))
+
+
+def _lines(impact: dict[str, int]) -> str:
+    lines, jobs = impact["lines"], impact["jobs"]
+    return f"{lines:,} line{'' if lines == 1 else 's'} in {jobs:,} job{'' if jobs == 1 else 's'}"
+
+
+@bp.post("/lexicon/preview")
+@login_required
+def preview() -> PageResponse:
+    """A sentence as the saved rules would have it spoken."""
+    text = request.form.get("text", "")
+    try:
+        spoken = svc.preview(services().uow_factory, current(), {"text": text})["spoken_text"]
+    except ValidationError as exc:
+        return _page(422, preview_text=text, error=exc.message)
+    return _page(preview_text=text, spoken_text=spoken)
+
+
+@bp.app_template_filter("stale_lines")
+def stale_lines(impact: dict[str, int]) -> str:
+    """ "N lines in M jobs" for the page."""
+    return _lines(impact)

@@ -1,0 +1,69 @@
+"""The /lexicon page in a real browser against gunicorn, at 1280 and 390 px, by keyboard
+only: write rules, check what they would make stale, save them, preview a sentence, and
+nothing wider than the screen. Screenshots go to $SPEECHBATCH_SCREENSHOT_DIR."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from playwright.sync_api import Browser, Page, expect
+
+from tests.e2e.test_browser import browser as browser  # the module's Chromium fixture
+from tests.support.browser import DESKTOP, PHONE, SCREENSHOTS, new_tab, sign_in
+from tests.support.server import GunicornServer, app_env, bootstrap, sqlite_url
+
+pytestmark = pytest.mark.e2e
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[GunicornServer]:
+    """gunicorn wsgi:app on SQLite (its provider is never called here)."""
+    tmp: Path = tmp_path_factory.mktemp("lexicon-page")
+    env = app_env(sqlite_url(tmp), "http://127.0.0.1:9/v1", tmp / "audio")
+    bootstrap(env)
+    with GunicornServer(env, tmp, workers=1, threads=4, name="lexicon-page") as app:
+        yield app
+
+
+def _fits(page: Page) -> None:
+    wide = page.evaluate("document.documentElement.scrollWidth > window.innerWidth")
+    assert not wide, f"{page.url} scrolls sideways"
+
+
+@pytest.mark.parametrize("width", [DESKTOP, PHONE])
+def test_write_check_save_and_preview_rules_by_keyboard(
+    browser: Browser, server: GunicornServer, width: int
+) -> None:
+    for page in new_tab(browser, server.base_url, width):
+        sign_in(page)
+        page.click("nav >> text=Lexicon")
+        expect(page.locator("h1")).to_have_text("Lexicon")
+        page.focus("#lexicon-rules")
+        page.keyboard.press("Control+A")
+        page.keyboard.type(f"SQL = sequel\nDr\\. = Doctor [regex]\nkg{width} = kilograms")
+        page.keyboard.press("Tab")  # the help text is not focusable: the Check button is
+        expect(page.locator("button[value='check']")).to_be_focused()
+        page.keyboard.press("Enter")
+        expect(page.locator("#lexicon-impact")).to_contain_text("0 lines in 0 jobs")
+        _fits(page)
+        page.screenshot(path=str(SCREENSHOTS / f"lexicon-check-{width}.png"), full_page=True)
+        page.locator("button[value='save']").focus()
+        page.keyboard.press("Enter")
+        expect(page.locator(".flash-ok")).to_contain_text("Saved as version")
+        expect(page.locator("#lexicon-rules")).to_have_value(
+            f"SQL = sequel\nDr\\. = Doctor [regex]\nkg{width} = kilograms"
+        )
+        page.focus("#lexicon-preview")
+        page.keyboard.type("Dr. Smith teaches SQL, not SQLite.")
+        page.keyboard.press("Enter")
+        expect(page.locator("#lexicon-spoken")).to_contain_text(
+            "Doctor Smith teaches sequel, not SQLite."
+        )
+        page.fill("#lexicon-rules", "(a+)+ = x [regex]")
+        page.click("button[value='check']")
+        expect(page.locator("#lexicon-error")).to_contain_text("rule 1")
+        assert "Rule(" not in page.content()
+        _fits(page)
+        page.screenshot(path=str(SCREENSHOTS / f"lexicon-{width}.png"), full_page=True)
