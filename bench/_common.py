@@ -120,6 +120,11 @@ class FakeProvider:
         stats: dict[str, int] = answer.json()
         return stats
 
+    def timeline(self) -> list[tuple[float, float]]:
+        """(start, end) of every call since the last reset or timeline (wall clock)."""
+        answer = requests.get(f"http://127.0.0.1:{self.port}/timeline", timeout=5)
+        return [(float(a), float(b)) for a, b in answer.json()["calls"]]
+
     def reset(self) -> None:
         """Zero the counters."""
         requests.post(f"http://127.0.0.1:{self.port}/reset", timeout=5)

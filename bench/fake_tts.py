@@ -34,6 +34,8 @@ class _Counters:
         self.calls = 0
         self.in_flight = 0
         self.max_in_flight = 0
+        # (start, end) of each call since the last reset, on the wall clock (time.time()).
+        self.calls_timeline: list[tuple[float, float]] = []
 
 
 class _Handler(BaseHTTPRequestHandler):
@@ -55,7 +57,13 @@ class _Handler(BaseHTTPRequestHandler):
     def do_GET(self) -> None:
         counters = self.server.counters
         with counters.lock:
-            stats = {"calls": counters.calls, "max_in_flight": counters.max_in_flight}
+            stats: dict[str, Any] = {
+                "calls": counters.calls,
+                "max_in_flight": counters.max_in_flight,
+            }
+            if self.path == "/timeline":
+                stats = {"calls": counters.calls_timeline}
+                counters.calls_timeline = []
         self._send(json.dumps(stats).encode(), "application/json")
 
     def do_POST(self) -> None:
@@ -64,6 +72,7 @@ class _Handler(BaseHTTPRequestHandler):
         if self.path == "/reset":
             with counters.lock:
                 counters.calls = counters.max_in_flight = 0
+                counters.calls_timeline = []
             self._send(b"{}", "application/json")
             return
         text = str(json.loads(raw or b"{}").get("input", ""))
@@ -71,11 +80,13 @@ class _Handler(BaseHTTPRequestHandler):
             counters.calls += 1
             counters.in_flight += 1
             counters.max_in_flight = max(counters.max_in_flight, counters.in_flight)
+        began = time.time()
         try:
             time.sleep(self.server.latency)
         finally:
             with counters.lock:
                 counters.in_flight -= 1
+                counters.calls_timeline.append((began, time.time()))
         body = self.server.audio or _MP3_PREFIX + hashlib.sha256(text.encode()).digest()
         self._send(body, "audio/mpeg")
 

@@ -124,9 +124,34 @@ def one_round(app: Deployment, label: str, jobs: int, items: int, hz: float) -> 
     for watcher in watchers:
         polls.update(watcher.statuses)
     return {
+        "span": (started.timestamp(), finished.timestamp()),
         "seconds": (finished - started).total_seconds(),
         "jobs_per_worker": "+".join(str(n) for n in sorted(shares, reverse=True)),
         "poll_statuses": dict(polls),
+    }
+
+
+def slot_time(span: tuple[float, float], calls: list[tuple[float, float]]) -> dict[str, float]:
+    """Where the slots' time of a round went, in slot-seconds: ``calling`` (calls in
+    flight), ``head`` (from the first run's start to each slot's first call), ``tail``
+    (from each slot's last call to the last run's end), ``between`` (the rest: a slot idle
+    from one call's end to the next call's start). The calls are laid on SLOTS lanes
+    greedily by start time, as the slots were taken."""
+    lanes = [(span[0], span[0])] * SLOTS  # (first start, last end) per lane
+    between = 0.0
+    for start, end in sorted(calls):
+        i = min(range(SLOTS), key=lambda k: lanes[k][1])
+        first, last = lanes[i]
+        if last == span[0] and first == span[0]:
+            lanes[i] = (start, end)
+        else:
+            between += max(0.0, start - last)
+            lanes[i] = (first, end)
+    return {
+        "calling": round(sum(end - start for start, end in calls), 3),
+        "head": round(sum(first - span[0] for first, _ in lanes), 3),
+        "between": round(between, 3),
+        "tail": round(sum(span[1] - last for _, last in lanes), 3),
     }
 
 
@@ -151,12 +176,15 @@ def measure(
         one_round(app, "warm-up", jobs, 8, hz)
         provider.reset()
         for n in range(1, rounds + 1):
+            provider.timeline()  # the calls of this round only
             result = one_round(app, f"round {n}", jobs, items, hz)
             result["efficiency"] = params["ideal_seconds"] / result["seconds"]
+            result["slot_time"] = slot_time(result.pop("span"), provider.timeline())
             results.append(result)
             print(
                 f"round {n}: {result['seconds']:.3f} s, efficiency {result['efficiency']:.3f}, "
-                f"jobs per worker {result['jobs_per_worker']}, polls {result['poll_statuses']}",
+                f"jobs per worker {result['jobs_per_worker']}, polls {result['poll_statuses']}, "
+                f"slot time {result['slot_time']}",
                 flush=True,
             )
         stats = provider.stats()

@@ -8,6 +8,7 @@ environment, its JSON API, its database tables and its storage directory.
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import re
 import subprocess
@@ -31,6 +32,7 @@ from tests.support.server import (
     app_env,
     pg_unreachable_reason,
 )
+from tests.support.webhook_receiver import Receiver
 
 from .chaos_provider import ChaosFakeProvider
 
@@ -56,6 +58,8 @@ SERVER_KILL_RECOVERY_BUDGET = WORKER_DEAD_SECONDS + 14.0  # includes booting a n
 FROZEN_RECOVERY_BUDGET = WORKER_DEAD_SECONDS + 14.0
 
 AUTO_RECOVERED = "auto-recovered"
+WEBHOOK_RETRY_SCHEDULE = ",".join(["0.5"] * 20)
+JOB_EVENTS = ("job.completed", "job.failed")
 
 
 def chaos_env(database_url: str, provider_url: str, storage_dir: Path) -> dict[str, str]:
@@ -70,6 +74,9 @@ def chaos_env(database_url: str, provider_url: str, storage_dir: Path) -> dict[s
         LEASE_SECONDS=LEASE_SECONDS,
         ITEM_CONCURRENCY=ITEM_CONCURRENCY,
         PROVIDER_CONCURRENCY=PROVIDER_CONCURRENCY,
+        # The receiver listens on 127.0.0.1; a refused attempt is retried soon.
+        WEBHOOK_ALLOW_PRIVATE="true",
+        WEBHOOK_RETRY_SCHEDULE=WEBHOOK_RETRY_SCHEDULE,
     )
 
 
@@ -434,6 +441,72 @@ class Database:
             " FROM jobs j WHERE j.id = ANY(%s) ORDER BY j.id",
             (job_ids,),
         )
+
+    def ended_runs(self, job_ids: list[int]) -> list[tuple[int, int, str]]:
+        """(job id, attempt, outcome) of every run of these jobs that ended (each end
+        leaves its job COMPLETED or FAILED, and is told)."""
+        rows = self._rows(
+            "SELECT job_id, attempt, outcome FROM runs WHERE job_id = ANY(%s)"
+            " AND outcome <> 'RUNNING' ORDER BY job_id, attempt",
+            (job_ids,),
+        )
+        return [(r["job_id"], r["attempt"], r["outcome"]) for r in rows]
+
+    def job_events(self) -> list[dict[str, Any]]:
+        """Every job.completed / job.failed in the outbox: message_id, type, job id, attempt."""
+        rows = self._rows(
+            "SELECT message_id, type, body FROM webhook_events WHERE type = ANY(%s) ORDER BY id",
+            (list(JOB_EVENTS),),
+        )
+        events = []
+        for row in rows:
+            data = json.loads(row["body"])["data"]
+            events.append(
+                {
+                    "message_id": row["message_id"],
+                    "type": row["type"],
+                    "job_id": data["job"]["id"],
+                    "attempt": data["run"]["attempt"],
+                }
+            )
+        return events
+
+
+def check_run_events_delivered(
+    checks: Checks, db: Database, receiver: Receiver, job_ids: list[int], timeout: float
+) -> str:
+    """Every run of these jobs that ended has its one job.* event in the outbox, and every
+    such event reached the receiver at least once with a signature that verifies, despite
+    the kills. Returns a one-line summary."""
+    runs = db.ended_runs(job_ids)
+    wanted = set(job_ids)
+    events = [e for e in db.job_events() if e["job_id"] in wanted]
+    told = Counter((e["job_id"], e["attempt"]) for e in events)
+    untold = [r for r in runs if told[(r[0], r[1])] != 1]
+    checks.check("every ended run has exactly one job.* event", not untold, untold)
+    extra = set(told) - {(r[0], r[1]) for r in runs}
+    checks.check("no event for a run that did not end", not extra, extra)
+    expected = {e["message_id"] for e in events}
+    deadline = time.monotonic() + timeout
+    while True:
+        verified = {r.headers.get("webhook-id") for r in list(receiver.received) if r.verified}
+        missing = expected - verified
+        if not missing or time.monotonic() >= deadline:
+            break
+        time.sleep(0.2)
+    checks.check(
+        "every event of an ended run delivered at least once, signature verified",
+        not missing,
+        sorted(missing),
+    )
+    received = list(receiver.received)
+    unverified = [r.headers.get("webhook-id") for r in received if not r.verified]
+    checks.check("every request the receiver got verifies", not unverified, unverified)
+    ids = [r.headers.get("webhook-id") for r in received]
+    return (
+        f"{len(runs)} ended runs, {len(expected)} events, {len(ids)} requests "
+        f"({len(ids) - len(set(ids))} sent again)"
+    )
 
 
 def received_characters(fake: ChaosFakeProvider) -> int:

@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
+import requests
 
 from tests.support.fake_provider import fake_audio
 from tests.support.server import (
@@ -37,6 +38,7 @@ from tests.support.server import (
     runs_changed_by_zombie,
     wait_until,
 )
+from tests.support.webhook_receiver import Receiver
 
 from .chaos_provider import Answer, ChaosFakeProvider
 from .conftest import FAKE_API_KEY, Spawn
@@ -44,6 +46,7 @@ from .harness import (
     AUTO_RECOVERED,
     FROZEN_RECOVERY_BUDGET,
     ITEM_CONCURRENCY,
+    JOB_EVENTS,
     PROVIDER_CONCURRENCY,
     SERVER_KILL_RECOVERY_BUDGET,
     SETTLE_TIMEOUT,
@@ -63,6 +66,7 @@ from .harness import (
     check_completed_job,
     check_jobs_health,
     check_ledger,
+    check_run_events_delivered,
     done_texts,
     ensure_pg_running,
     env_int,
@@ -76,7 +80,10 @@ from .harness import (
 )
 
 N_RUNS = env_int("CHAOS_RUNS", 26)
-CRASH_RUNS_BUDGET = max(200.0, 8.0 * N_RUNS)  # seconds for all the crash runs (~2.3 s each)
+CRASH_RUNS_BUDGET = max(200.0, 8.0 * N_RUNS)
+# After the last run: a delivery held by a killed worker goes out again within
+# WORKER_DEAD_SECONDS; the rest is the senders' polls and retries.
+WEBHOOK_DELIVERY_BUDGET = 30.0  # seconds for all the crash runs (~2.3 s each)
 MAX_RETRIES = 3
 KILL_SERVER = "kill-server"
 KILL_JOB_WORKER = "kill-job-worker"
@@ -516,13 +523,19 @@ def test_randomized_crash_runs(
     chaos_seed: int,
     chaos_report: ChaosReport,
 ) -> None:
-    """26 seeded runs: SIGKILL the server or workers mid-job, recover, retry, check it all."""
+    """26 seeded runs: SIGKILL the server or workers mid-job, recover, retry, check it all;
+    a webhook receiver is told of every run that ended, despite the kills."""
     url, token = chaos_db
     rng = random.Random(chaos_seed)
     kinds = plan_kinds(rng, N_RUNS)
     storage = tmp_path / "audio"
     env = chaos_env(url, fake.url, storage)
     server = spawn(env, name="crash-1")
+    receiver = Receiver()
+    api = ApiClient(server.base_url, token)
+    created = api.request("POST", "/api/webhooks", {"url": receiver.url, "events": JOB_EVENTS})
+    assert created.status_code == 201, created.text[:300]
+    receiver.secret = created.json()["secret"]
     ctx = CrashContext(
         rng=rng,
         seed=chaos_seed,
@@ -533,9 +546,22 @@ def test_randomized_crash_runs(
         storage=storage,
         spawn=spawn,
         server=server,
-        obs=Observer(ApiClient(server.base_url, token), fake, f"seed={chaos_seed}"),
+        obs=Observer(api, fake, f"seed={chaos_seed}"),
         report=chaos_report,
     )
+    try:
+        crash_runs(ctx, kinds, receiver)
+    finally:
+        # The database is the folder's: the other tests' runs are not told to a receiver
+        # that is gone.
+        with contextlib.suppress(requests.RequestException):
+            ctx.obs.api.request("DELETE", f"/api/webhooks/{created.json()['id']}")
+        receiver.stop()
+
+
+def crash_runs(ctx: CrashContext, kinds: list[str], receiver: Receiver) -> None:
+    """The crash runs one after the other, then the checks over all of them."""
+    chaos_seed, fake, chaos_report = ctx.seed, ctx.fake, ctx.report
     print(f"\ncrash runs: CHAOS_SEED={chaos_seed} kinds={kinds}")
     chaos_report.figures["knobs"] = (
         f"WORKER_DEAD={WORKER_DEAD_SECONDS:g}s TTS_TIMEOUT={TTS_TIMEOUT_SECONDS:g}s "
@@ -565,6 +591,9 @@ def test_randomized_crash_runs(
         "calls in flight never above PROVIDER_CONCURRENCY, dead holders' slots included",
         peak <= PROVIDER_CONCURRENCY,
         peak,
+    )
+    chaos_report.figures["webhooks"] = check_run_events_delivered(
+        checks, ctx.db, receiver, ctx.job_ids, timeout=WEBHOOK_DELIVERY_BUDGET
     )
     for kind, values in sorted(ctx.recovery.items()):
         values.sort()

@@ -72,3 +72,22 @@ def test_add_ping_and_disable_a_webhook(
             expect(page.locator(".meta .badge")).to_have_text("DISABLED")
     finally:
         receiver.stop()
+
+
+@pytest.mark.parametrize("width", [DESKTOP, PHONE])
+def test_a_new_token_shows_the_same_shown_once_block(
+    browser: Browser, server: GunicornServer, width: int
+) -> None:
+    for page in new_tab(browser, server.base_url, width):
+        sign_in(page)
+        page.goto("/tokens")
+        page.fill("#token-name", f"nightly import script {width}")
+        page.click("button:has-text('Create token')")
+        block = page.locator("#new-token")
+        expect(block).to_have_attribute("role", "status")
+        expect(block).to_contain_text("Copy it now: it is shown this once.")
+        assert page.locator("#new-token .token-secret").inner_text().startswith("sb_")
+        _fits(page)
+        page.screenshot(path=str(SCREENSHOTS / f"tokens-new-{width}.png"), full_page=True)
+        page.goto("/tokens")
+        expect(page.locator("#new-token")).to_have_count(0)  # shown once

@@ -1,12 +1,13 @@
 """GET /metrics: one charset in its Content-Type, labelled counters present at zero from
-the start, and SPEECHBATCH_METRICS_TOKEN."""
+the start, SPEECHBATCH_METRICS_TOKEN, and the webhooks' series (deliveries by outcome,
+attempts by result, the age of the oldest pending delivery)."""
 
 from __future__ import annotations
 
 import re
 import subprocess
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 import pytest
 from flask import Flask
@@ -14,10 +15,15 @@ from flask.testing import FlaskClient
 
 from speechbatch import create_app
 from speechbatch.adapters import metrics
+from speechbatch.app import Services
 from speechbatch.config import Settings
 from speechbatch.domain.statuses import RunOutcome
+from speechbatch.runner import deliveries
+from speechbatch.services import webhooks as hooks
 from tests.conftest import close_services, services, with_settings
 from tests.fakes import FakeProvider
+from tests.helpers import new_admin, wait_for
+from tests.support.webhook_receiver import Receiver
 
 TOKEN = "scrape-secret-1"
 
@@ -60,11 +66,20 @@ def test_labelled_counters_exist_at_zero_in_a_fresh_process() -> None:
             ("speechbatch_budget_refusals_total", "where", "claim"),
             ("speechbatch_budget_refusals_total", "where", "run"),
         ]
+        + [
+            ("speechbatch_webhook_deliveries_total", "outcome", value)
+            for value in metrics.WEBHOOK_OUTCOMES
+        ]
+        + [
+            ("speechbatch_webhook_attempts_total", "result", value)
+            for value in metrics.WEBHOOK_ATTEMPT_RESULTS
+        ]
     )
     for name, label, value in expected:
         line = re.search(rf'^{name}\{{{label}="{value}"\}} (\S+)$', text, re.MULTILINE)
         assert line, f"{name}{{{label}={value!r}}} missing:\n{text}"
         assert float(line[1]) == 0.0
+    assert re.search(r"^speechbatch_webhook_oldest_pending_seconds 0\.0$", text, re.MULTILINE)
 
 
 @pytest.fixture
@@ -96,3 +111,55 @@ def test_with_a_metrics_token_its_bearer_scrapes(guarded: Flask) -> None:
 
 def test_without_a_metrics_token_metrics_are_open(client: FlaskClient) -> None:
     assert client.get("/metrics").status_code == 200
+
+
+def scraped(client: FlaskClient) -> dict[str, float]:
+    """The webhook series of a /metrics scrape, by name and labels."""
+    text = client.get("/metrics").get_data(as_text=True)
+    return {
+        m[1]: float(m[2])
+        for m in re.finditer(r"^(speechbatch_webhook_[^ ]+) (\S+)$", text, re.MULTILINE)
+    }
+
+
+def scraped_when(
+    client: FlaskClient, condition: Callable[[dict[str, float]], bool]
+) -> dict[str, float] | None:
+    """A scrape that meets ``condition``, or None."""
+    found = scraped(client)
+    return found if condition(found) else None
+
+
+DELIVERIES = 'speechbatch_webhook_deliveries_total{{outcome="{}"}}'
+ATTEMPTS = 'speechbatch_webhook_attempts_total{{result="{}"}}'
+OLDEST = "speechbatch_webhook_oldest_pending_seconds"
+
+
+def test_webhook_outcomes_attempts_and_the_oldest_pending_age_are_scraped(
+    client: FlaskClient,
+    sending: Callable[..., Services],
+    receiver: Receiver,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(deliveries, "GAUGE_INTERVAL_SECONDS", 0.05)
+    svc = sending(schedule=(60.0,))
+    user = new_admin(svc, "acme", "admin@acme.test")
+    body = {"url": receiver.url, "events": ["job.completed"]}
+    webhook_id = int(hooks.create_webhook(svc.uow_factory, user, body)["id"])
+    receiver.script = [503]
+    before = scraped(client)
+    hooks.ping(svc.uow_factory, user, webhook_id)
+    # The first attempt answers 503: the delivery waits a minute for its retry, pending.
+    aging = wait_for(lambda: scraped_when(client, lambda m: m[OLDEST] > 0.1))
+    assert aging is not None
+    assert aging[DELIVERIES.format("retrying")] - before[DELIVERIES.format("retrying")] == 1
+    assert aging[ATTEMPTS.format("error_status")] - before[ATTEMPTS.format("error_status")] == 1
+    (delivery,) = hooks.list_deliveries(svc.uow_factory, user, webhook_id)
+    hooks.redeliver(svc.uow_factory, user, webhook_id, delivery["id"])
+    done = wait_for(
+        lambda: scraped_when(client, lambda m: m[OLDEST] == 0.0 and receiver.count() == 2)
+    )
+    assert done is not None
+    assert done[DELIVERIES.format("delivered")] - before[DELIVERIES.format("delivered")] == 1
+    assert done[ATTEMPTS.format("delivered")] - before[ATTEMPTS.format("delivered")] == 1
+    assert done[DELIVERIES.format("failed")] == before[DELIVERIES.format("failed")]

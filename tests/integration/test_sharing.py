@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import itertools
 import threading
+import time
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
@@ -281,11 +282,12 @@ def test_a_sent_item_costs_a_bounded_number_of_statements(
     make_svc: Callable[..., Services], admin: UserRecord, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Per sent item (the difference between a run of 3 and a run of 6 items). The
-    start: the fence, the item's move (with its reuse lookup), the slot, the
-    reservation's row (the run's share of the ledger), the month's row: 5. The slot's release
+    start: the fence, the item's move (with its reuse lookup), the slot, the bill (the
+    month's row and the reservation's row, the run's share of the ledger: one statement on
+    PostgreSQL, two on SQLite, which has no writes in a WITH): 4 or 5. The slot's release
     when the call's answer came (whose RETURNING notifies on PostgreSQL): 1. The finish: the
     fence, the item's move (which sets its current take), its take's row: 3. (BEGIN and the
-    SQLite pragmas are not statements of the work.)"""
+    SQLite pragmas are not statements of the work.) 8 on PostgreSQL, 9 on SQLite."""
     monkeypatch.setattr(gate_module, "PAUSE_CACHE_SECONDS", 3600.0)
     svc = make_svc(item_concurrency=1)
     kinds: list[str] = []
@@ -304,4 +306,39 @@ def test_a_sent_item_costs_a_bounded_number_of_statements(
     statements_of_a_run(2, "warm-up")  # the first run reads the pause; later ones use the cache
     small, large = statements_of_a_run(3, "small"), statements_of_a_run(6, "large")
     per_item = (len(large) - len(small)) / 3
-    assert per_item <= 9, (small, large)
+    bound = 8 if svc.engine.dialect.name == "postgresql" else 9
+    assert per_item <= bound, (small, large)
+
+
+def test_a_slot_goes_to_a_waiting_thread_while_the_answered_one_stores_its_audio(
+    make_svc: Callable[..., Services],
+    admin: UserRecord,
+    provider: FakeProvider,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """One slot, two threads for the job, and storing a file takes 0.4 s: the second
+    item's call goes as soon as the first call's answer came (its slot went back then),
+    not after the first item's audio is stored and its thread comes back for a slot."""
+    provider.latency = 0.05
+    svc = make_svc(provider_concurrency=1, item_concurrency=2)
+    calls: list[float] = []
+    stored: list[float] = []
+    synthesize, write = provider.synthesize, svc.storage.write
+
+    def timed_synthesize(*args: Any, **kwargs: Any) -> bytes:
+        calls.append(time.monotonic())
+        return synthesize(*args, **kwargs)
+
+    def slow_write(key: str, data: bytes) -> None:
+        time.sleep(0.4)
+        write(key, data)
+        stored.append(time.monotonic())
+
+    monkeypatch.setattr(provider, "synthesize", timed_synthesize)
+    monkeypatch.setattr(svc.storage, "write", slow_write)
+    job_id = _job(svc, admin, "first line", "second line")
+    start_generation(svc.uow_factory, svc.settings, svc.runner, admin, job_id)
+    wait_for(lambda: _done(svc, admin, job_id), timeout=20)
+    assert view(svc, admin, job_id)["status"] == "COMPLETED"
+    assert len(calls) == 2 and len(stored) == 2
+    assert calls[1] < stored[0], "the second call waited for the first item's audio to be stored"

@@ -192,6 +192,7 @@ def test_page_creates_a_token_and_shows_it_once(client: FlaskClient, admin: User
     page = text_of(client.post("/tokens", data={"name": "from the page", "csrf_token": csrf}))
     match = re.search(r'class="token-secret">(sb_[^<]+)<', page)
     assert match
+    assert 'id="new-token"' in page and "Copy it now: it is shown this once." in page
     assert (
         client.get("/api/voices", headers={"Authorization": f"Bearer {match[1]}"}).status_code
         == 200

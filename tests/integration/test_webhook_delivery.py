@@ -5,7 +5,7 @@ outbox of a run's and an export's end, disabled webhooks, SSRF refusals, the cla
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import replace
 from typing import Any
 
@@ -23,31 +23,6 @@ from tests.helpers import LIMITS, ago, concrete, new_admin, new_job, set_worker,
 from tests.support.webhook_receiver import Receiver
 
 ALL_JOB_EVENTS = ["job.completed", "job.failed", "export.completed"]
-
-
-@pytest.fixture
-def receiver() -> Iterator[Receiver]:
-    """A receiver answering 200 unless a test scripts it."""
-    r = Receiver(hang_seconds=1.5, refuse_seconds=1.0)
-    yield r
-    r.stop()
-
-
-@pytest.fixture
-def sending(make_svc: Callable[..., Services]) -> Callable[..., Services]:
-    """An app whose webhook senders run (short timeout, quick polls), for a schedule."""
-
-    def start(schedule: tuple[float, ...] = (0.1,), allow_private: bool = True) -> Services:
-        svc = make_svc(
-            webhook_retry_schedule=schedule,
-            webhook_allow_private=allow_private,
-            webhook_timeout_seconds=0.5,
-            webhook_idle_seconds=0.05,
-        )
-        svc.runner.start_background()
-        return svc
-
-    return start
 
 
 def _hook(svc: Services, user: UserRecord, url: str, events: list[str] | None = None) -> int:

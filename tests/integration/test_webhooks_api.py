@@ -140,6 +140,8 @@ def test_page_creates_with_the_secret_shown_once_and_switches(
     page = client.post("/webhooks", data={**form, "csrf_token": csrf}).get_data(as_text=True)
     secret = re.search(r'class="token-secret">(whsec_[^<]+)<', page)
     assert secret is not None
+    assert 'id="new-webhook"' in page
+    assert "Copy its signing secret now: it is shown this once." in page
     listing = client.get("/webhooks").get_data(as_text=True)
     assert "https://example.com/page-hook" in listing and secret[1] not in listing
     hook_id = int(re.findall(r'data-webhook-id="(\d+)"', listing)[0])

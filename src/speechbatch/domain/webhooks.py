@@ -45,6 +45,7 @@ class EventType(StrEnum):
     RENDER_COMPLETED = "render.completed"
     RENDER_FAILED = "render.failed"
     EXPORT_COMPLETED = "export.completed"
+    EXPORT_FAILED = "export.failed"
     PING = "ping"
 
 

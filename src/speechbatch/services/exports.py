@@ -30,12 +30,12 @@ from pathlib import Path
 from typing import Any
 
 from speechbatch.adapters.repositories import UserRecord
-from speechbatch.adapters.repositories.exports import DoneAudio, ExportRecord
-from speechbatch.adapters.uow import UowFactory, WriteUnit
+from speechbatch.adapters.repositories.exports import DoneAudio
+from speechbatch.adapters.uow import UowFactory
 from speechbatch.config import Settings
 from speechbatch.domain.statuses import ExportStatus
-from speechbatch.domain.webhooks import EventType
 from speechbatch.errors import DatabaseUnavailable, ExportInProgress, LockHeld, NotFound
+from speechbatch.services.export_events import export_view, record_export_event
 from speechbatch.services.ports import Storage
 
 log = logging.getLogger(__name__)
@@ -77,35 +77,8 @@ def export_key(organization_id: int, export_id: int) -> str:
     return f"exports/{organization_id}/export-{export_id}.zip"
 
 
-def download_url(export_id: int) -> str:
-    """The root-relative API path of an export's archive."""
-    return f"/api/exports/{export_id}/download"
-
-
-def export_view(record: ExportRecord) -> dict[str, Any]:
-    """An export as the API shows it."""
-    completed = record.status == ExportStatus.COMPLETED
-    return {
-        "id": record.id,
-        "status": record.status,
-        "error_message": record.error_message,
-        "download_url": download_url(record.id) if completed else None,
-        "created_at": record.created_at.isoformat(),
-        "finished_at": record.finished_at.isoformat() if record.finished_at else None,
-    }
-
-
 # A lock held in the name of the worker tier: a worker takes it over (export_queue.py).
 QUEUED_HOLDER_PREFIX = "queued:"
-
-
-def record_export_event(uow: WriteUnit, organization_id: int, export_id: int) -> None:
-    """Record ``export.completed`` in the transaction that completes the export."""
-    record = uow.exports.get_export(export_id, organization_id)
-    if record is not None:
-        uow.webhooks.record_event(
-            organization_id, EventType.EXPORT_COMPLETED, {"export": export_view(record)}
-        )
 
 
 def new_holder() -> str:
@@ -133,6 +106,8 @@ def recover_exports(
                 export_id=export_id,
                 untaken=(QUEUED_HOLDER_PREFIX, NO_WORKER_MESSAGE),
             )
+            for rid in recovered:
+                record_export_event(uow, organization_id, rid)
             uow.commit()
     except DatabaseUnavailable:
         log.warning("export recovery skipped: database busy", exc_info=True)
@@ -361,7 +336,8 @@ class ExportBuilder:
         task = self.task
         try:
             with self._uow_factory() as uow:
-                uow.exports.fail_export(task.export_id, task.lock_id, message)
+                if uow.exports.fail_export(task.export_id, task.lock_id, message):
+                    record_export_event(uow, task.organization_id, task.export_id)
                 uow.locks.release(task.lock_id)
                 uow.commit()
         except Exception:

@@ -26,7 +26,7 @@ import numpy as np
 
 from speechbatch.adapters.audio import RATE, AudioWriter, LoudnessMeter, decode, gain_for
 from speechbatch.adapters.repositories.renders import RenderFiles, RenderItem
-from speechbatch.adapters.uow import UowFactory
+from speechbatch.adapters.uow import UowFactory, WriteUnit
 from speechbatch.domain.renders import (
     VTT_HEADER,
     ChapterMark,
@@ -37,6 +37,7 @@ from speechbatch.domain.renders import (
 )
 from speechbatch.services.lock_lease import LeaseLost, LockLease
 from speechbatch.services.ports import Storage
+from speechbatch.services.render_events import record_render_event
 
 log = logging.getLogger(__name__)
 
@@ -218,8 +219,7 @@ class RenderBuilder:
             with self._uow_factory() as uow:
                 won = uow.renders.complete_render(task.render_id, task.lock_id, task.holder, result)
                 if won:
-                    # A render ends here (render.completed): an event belongs in this
-                    # transaction, as the other two ends in _fail and recover_renders.
+                    self._record_event(uow)
                     uow.commit()
         except BaseException:
             self._delete(keys)
@@ -235,6 +235,13 @@ class RenderBuilder:
             timeline.duration_seconds,
         )
 
+    def _record_event(self, uow: WriteUnit) -> None:
+        """Tell the render's end, in the transaction that ends it."""
+        task = self.task
+        record = uow.renders.get_render(task.render_id, task.job_id, task.organization_id)
+        if record is not None:
+            record_render_event(uow, record)
+
     def _delete(self, keys: dict[str, str]) -> None:
         for key in keys.values():
             self._storage.delete(key)
@@ -243,9 +250,9 @@ class RenderBuilder:
         task = self.task
         try:
             with self._uow_factory() as uow:
-                uow.renders.fail_render(task.render_id, task.lock_id, message)
+                if uow.renders.fail_render(task.render_id, task.lock_id, message):
+                    self._record_event(uow)
                 uow.locks.release(task.lock_id)
-                # A render ends here (render.failed): an event belongs in this transaction.
                 uow.commit()
         except Exception:
             # Recovery finds it once the lease has run out.

@@ -35,6 +35,11 @@ from speechbatch.errors import (
 )
 from speechbatch.services.ports import Storage
 from speechbatch.services.render_builder import RenderBuilder, RenderTask
+from speechbatch.services.render_events import (
+    CAPTION_KINDS,
+    record_render_event,
+    render_view,
+)
 
 log = logging.getLogger(__name__)
 
@@ -42,7 +47,6 @@ RECOVERED_MESSAGE = "auto-recovered: render holder stopped renewing its lock"
 # A lock held in the worker tier's name: a worker takes it over (take_queued_renders).
 QUEUED_HOLDER_PREFIX = "queued:"
 RENDERS_PER_TAKE = 4
-CAPTION_KINDS = {"vtt": "text/vtt", "srt": "application/x-subrip"}
 
 
 def job_type(job_id: int) -> str:
@@ -87,32 +91,6 @@ def parse_render_options(body: dict[str, Any]) -> RenderOptions:
     )
 
 
-def render_base_url(job_id: int, render_id: int) -> str:
-    """The root-relative API path of a render."""
-    return f"/api/jobs/{job_id}/renders/{render_id}"
-
-
-def render_view(record: RenderRecord) -> dict[str, Any]:
-    """A render as the API shows it."""
-    base = render_base_url(record.job_id, record.id)
-    completed = record.status == RenderStatus.COMPLETED
-    return {
-        "id": record.id,
-        "job_id": record.job_id,
-        "status": record.status,
-        "format": record.format,
-        "error_message": record.error_message,
-        "duration_seconds": record.duration_seconds,
-        "chapters": record.chapters,
-        "download_url": f"{base}/download" if completed else None,
-        "captions": {kind: f"{base}/captions.{kind}" for kind in CAPTION_KINDS}
-        if completed
-        else None,
-        "created_at": record.created_at.isoformat(),
-        "finished_at": record.finished_at.isoformat() if record.finished_at else None,
-    }
-
-
 def new_holder() -> str:
     """A holder name that says which process took the lock, unique per grant."""
     return f"{socket.gethostname()}:{os.getpid()}:render-{uuid.uuid4().hex}"
@@ -132,13 +110,14 @@ def recover_renders(uow_factory: UowFactory, job_id: int, *, render_id: int | No
             recovered = uow.renders.recover_dead_renders(
                 job_id, RECOVERED_MESSAGE, render_id=render_id
             )
-            # A render ends here too (render.failed): an event belongs in this transaction.
+            for record in recovered:
+                record_render_event(uow, record)
             uow.commit()
     except DatabaseUnavailable:
         log.warning("render recovery skipped: database busy", exc_info=True)
         return 0
-    for rid in recovered:
-        log.warning("render recovered render=%s job=%s", rid, job_id)
+    for record in recovered:
+        log.warning("render recovered render=%s job=%s", record.id, job_id)
     return len(recovered)
 
 

@@ -12,7 +12,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any, Protocol, cast
 
-from sqlalchemy import Table, and_, delete, func, insert, literal, or_, select, update
+from sqlalchemy import Table, and_, func, insert, literal, or_, select, update
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.ext.compiler import compiles
 from sqlalchemy.orm import Session
@@ -128,33 +128,42 @@ class SpendingRepository:
         (its reservation's row is the run's share of the ledger) before it is sent; None, writing
         nothing, when it does not fit the budget.
 
-        The reservation's row names the month that pays; the month's row is one upsert,
-        LAST, because every start of every job of the organization needs it: held only
-        for that statement and the commit. The first call of a month inserts it (if it
-        fits the budget at all), later ones add to it only while ``billed + n <=
-        budget``; the guard is on the row being updated, which PostgreSQL re-checks on
-        its newest version and SQLite writes under its one write lock.
+        The month's row is one conditional upsert: the first call of a month inserts it (if
+        it fits the budget at all), later ones add to it only while ``billed + n <=
+        budget``; the guard is on the row being updated, which PostgreSQL re-checks on its
+        newest version and SQLite writes under its one write lock. The reservation's row
+        names the month that paid, as the upsert returned it. On PostgreSQL both are one
+        statement (the upsert in a ``WITH``), so the month's row, which every start of
+        every job of the organization needs, is held only for it and the commit; SQLite
+        has no writes in a ``WITH``, and takes two.
         """
-        row = self.session.execute(
-            insert(reservations)
-            .values(
-                organization_id=organization_id,
-                job_id=job_id,
-                attempt=attempt,
-                month=db_month(),
-                characters=characters,
+        bill = self._bill_month(organization_id, characters)
+        columns = ["organization_id", "job_id", "attempt", "month", "characters"]
+        if self._dialect == "postgresql":
+            billed = bill.cte("billed")
+            source = select(
+                literal(organization_id), literal(job_id), literal(attempt),
+                billed.c.month, literal(characters),
+            )  # fmt: skip
+            statement = (
+                insert(reservations).from_select(columns, source).add_cte(billed, nest_here=True)
             )
-            .returning(reservations.c.id, reservations.c.month)
-        ).one()
-        if not self._bill_month(organization_id, row.month, characters):
-            # Refused (rare: the budget is spent): take back what was written, so a
-            # refusal writes nothing whatever its caller then does.
-            self.session.execute(delete(reservations).where(reservations.c.id == row.id))
+        else:
+            month = self.session.execute(bill).scalar_one_or_none()
+            if month is None:
+                return None
+            values = (organization_id, job_id, attempt, month, characters)
+            statement = insert(reservations).values(dict(zip(columns, values, strict=True)))
+        row = self.session.execute(
+            statement.returning(reservations.c.id, reservations.c.month)
+        ).first()
+        if row is None:
             return None
         return Reservation(int(row.id), job_id, characters, row.month)
 
-    def _bill_month(self, organization_id: int, month: str, characters: int) -> bool:
-        """Add one call of ``characters`` to the month's row while it fits the budget."""
+    def _bill_month(self, organization_id: int, characters: int) -> Any:
+        """The upsert that adds one call of ``characters`` to this month's row while it
+        fits the budget, returning the month (no row: refused)."""
         budget = (
             select(organizations.c.budget_characters)
             .where(organizations.c.id == organization_id)
@@ -162,26 +171,23 @@ class SpendingRepository:
         )
         insert_fn = postgresql.insert if self._dialect == "postgresql" else sqlite.insert
         source = select(
-            literal(organization_id), literal(month), literal(characters), literal(1)
+            literal(organization_id), db_month(), literal(characters), literal(1)
         ).where(or_(budget.is_(None), literal(characters) <= budget))
         upsert = insert_fn(usage_months).from_select(
             ["organization_id", "month", "billed_characters", "provider_calls"], source
         )
-        billed = self.session.execute(
-            upsert.on_conflict_do_update(
-                index_elements=[usage_months.c.organization_id, usage_months.c.month],
-                set_={
-                    "billed_characters": usage_months.c.billed_characters
-                    + upsert.excluded.billed_characters,
-                    "provider_calls": usage_months.c.provider_calls + 1,
-                },
-                where=or_(
-                    budget.is_(None),
-                    usage_months.c.billed_characters + upsert.excluded.billed_characters <= budget,
-                ),
-            ).returning(usage_months.c.month)
-        ).scalar_one_or_none()
-        return billed is not None
+        return upsert.on_conflict_do_update(
+            index_elements=[usage_months.c.organization_id, usage_months.c.month],
+            set_={
+                "billed_characters": usage_months.c.billed_characters
+                + upsert.excluded.billed_characters,
+                "provider_calls": usage_months.c.provider_calls + 1,
+            },
+            where=or_(
+                budget.is_(None),
+                usage_months.c.billed_characters + upsert.excluded.billed_characters <= budget,
+            ),
+        ).returning(usage_months.c.month)
 
     def refund_reservation(self, reservation: Reservation) -> bool:
         """Compare-and-set: give back a reserved attempt that was never sent, to the

@@ -122,7 +122,7 @@ class Renders(Protocol):
     def queued_renders(self, holder_prefix: str, limit: int) -> list[QueuedRender]: ...
     def recover_dead_renders(
         self, job_id: int, message: str, *, render_id: int | None = None
-    ) -> list[int]: ...
+    ) -> list[RenderRecord]: ...
 
 
 class RenderRepository:
@@ -314,17 +314,17 @@ class RenderRepository:
 
     def recover_dead_renders(
         self, job_id: int, message: str, *, render_id: int | None = None
-    ) -> list[int]:
+    ) -> list[RenderRecord]:
         """Compare-and-set: fail the job's RUNNING renders whose grant expired or was
         released. A holder that renewed or completed first keeps its render (zero rows).
-        Returns the ids it recovered."""
+        Returns the renders it recovered, as they are now."""
         recovered = self.session.execute(
             update(renders)
             .where(_dead_renders(job_id, render_id))
             .values(status=RenderStatus.FAILED, error_message=message, finished_at=db_now())
-            .returning(renders.c.id)
+            .returning(*_COLUMNS)
         )
-        return [int(row.id) for row in recovered]
+        return [_render(row) for row in recovered]
 
 
 _COLUMNS = [c for c in renders.c if c.name not in ("created_by_id",)]
