@@ -99,9 +99,10 @@ def bootstrap(env: Mapping[str, str]) -> str:
 class FakeProvider:
     """``bench/fake_tts.py`` in a process of its own (loopback, a free port)."""
 
-    def __init__(self, latency: float) -> None:
+    def __init__(self, latency: float, audio: str = "fake") -> None:
+        script = str(BENCH_DIR / "fake_tts.py")
         self.proc = subprocess.Popen(
-            [sys.executable, str(BENCH_DIR / "fake_tts.py"), "--latency", f"{latency:g}"],
+            [sys.executable, script, "--latency", f"{latency:g}", "--audio", audio],
             stdout=subprocess.PIPE,
             text=True,
         )
@@ -139,9 +140,9 @@ class FakeProvider:
 
 
 @contextlib.contextmanager
-def fake_provider(latency: float) -> Iterator[FakeProvider]:
-    """A running ``FakeProvider`` for the block."""
-    provider = FakeProvider(latency)
+def fake_provider(latency: float, audio: str = "fake") -> Iterator[FakeProvider]:
+    """A running ``FakeProvider`` for the block (``audio="mp3"``: real MP3 answers)."""
+    provider = FakeProvider(latency, audio)
     try:
         yield provider
     finally:

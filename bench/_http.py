@@ -36,16 +36,23 @@ def _free_port() -> int:
 
 
 class Gunicorn:
-    """``gunicorn wsgi:app -w WORKERS --threads THREADS`` from the repository root."""
+    """``gunicorn wsgi:app -w WORKERS --threads THREADS`` from the repository root
+    (``app``: another module of ``bench/`` that serves the app, e.g. ``wsgi_unmeasured:app``)."""
 
-    def __init__(self, env: Mapping[str, str], log_dir: Path, workers: int, threads: int) -> None:
+    def __init__(
+        self, env: Mapping[str, str], log_dir: Path, workers: int, threads: int,
+        app: str = "wsgi:app",
+    ) -> None:  # fmt: skip
         self.port = _free_port()
         self.workers = workers
         self.log_path = log_dir / "gunicorn.log"
         self.access_path = log_dir / "access.log"
         command = [
             str(VENV_BIN / "gunicorn"),
-            "wsgi:app",
+            # Only another app needs bench/ on the path (its modules would shadow nothing, but
+            # the product's own app runs as deployed).
+            *(["--pythonpath", str(BENCH_DIR)] if app != "wsgi:app" else []),
+            app,
             "-w",
             str(workers),
             "--threads",
@@ -150,20 +157,21 @@ class Deployment:
 
     server: Gunicorn
     api: Api
+    database_url: str = ""  # for a benchmark that sets up rows no API call can make
 
 
 @contextlib.contextmanager
 def deployment(
-    provider_url: str, *, workers: int, threads: int = 4, **settings: Any
+    provider_url: str, *, workers: int, threads: int = 4, app: str = "wsgi:app", **settings: Any
 ) -> Iterator[Deployment]:
     """gunicorn on a fresh migrated PostgreSQL database with an admin; stopped at the end."""
     with pg_database("http") as url, tempfile.TemporaryDirectory(prefix="sb_bench_") as tmp:
         env = app_env(url, provider_url, Path(tmp) / "audio", **settings)
         token = bootstrap(env)
-        server = Gunicorn(env, Path(tmp), workers, threads)
+        server = Gunicorn(env, Path(tmp), workers, threads, app)
         try:
             server.wait_ready()
-            yield Deployment(server, Api(server.base_url, token))
+            yield Deployment(server, Api(server.base_url, token), url)
         finally:
             server.stop()
 

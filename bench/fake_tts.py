@@ -6,6 +6,10 @@ latency with a few bytes that look like MP3 (distinct per text); ``GET /stats`` 
 ``{"calls": int, "max_in_flight": int}`` (calls so far, and the most ever in flight at once,
 which must never exceed the deployment's ``PROVIDER_CONCURRENCY``); ``POST /reset`` zeroes
 both. A process of its own, so that the benchmark's GIL never delays an answer.
+
+``--audio mp3`` answers real audio instead: one MP3 made at start (``--seconds`` of a tone,
+24 kHz mono, 48 kbit/s, as a speech API sends), the same for every text, so that the
+finish's measurement decodes what it would in production.
 """
 
 from __future__ import annotations
@@ -83,23 +87,42 @@ class _Handler(BaseHTTPRequestHandler):
             with counters.lock:
                 counters.in_flight -= 1
                 counters.calls_timeline.append((began, time.time()))
-        self._send(_MP3_PREFIX + hashlib.sha256(text.encode()).digest(), "audio/mpeg")
+        body = self.server.audio or _MP3_PREFIX + hashlib.sha256(text.encode()).digest()
+        self._send(body, "audio/mpeg")
+
+
+def tone_mp3(seconds: float, rate: int = 24000) -> bytes:
+    """``seconds`` of a 220 Hz tone as MP3 (mono, 48 kbit/s)."""
+    import lameenc
+    import numpy as np
+
+    t = np.arange(int(seconds * rate)) / rate
+    samples = (0.3 * 32767 * np.sin(2 * np.pi * 220 * t)).astype("<i2")
+    encoder = lameenc.Encoder()
+    encoder.set_bit_rate(48)
+    encoder.set_in_sample_rate(rate)
+    encoder.set_channels(1)
+    encoder.set_quality(7)
+    return bytes(encoder.encode(samples.tobytes()) + encoder.flush())
 
 
 class _Server(ThreadingHTTPServer):
     daemon_threads = True
 
-    def __init__(self, latency: float) -> None:
+    def __init__(self, latency: float, audio: bytes = b"") -> None:
         super().__init__(("127.0.0.1", 0), _Handler)
         self.latency = latency
+        self.audio = audio  # empty: a few distinct bytes per text
         self.counters = _Counters()
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--latency", type=float, default=0.0, help="seconds per call")
+    parser.add_argument("--audio", choices=("fake", "mp3"), default="fake")
+    parser.add_argument("--seconds", type=float, default=3.0, help="length of --audio mp3")
     args = parser.parse_args()
-    server = _Server(args.latency)
+    server = _Server(args.latency, tone_mp3(args.seconds) if args.audio == "mp3" else b"")
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
     print(server.server_address[1], flush=True)
     server.serve_forever()

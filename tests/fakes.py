@@ -69,6 +69,7 @@ class FakeProvider:
         self.max_in_flight = 0
         self.started: list[tuple[str, float]] = []  # (text, time.monotonic()) per call
         self.options_seen: list[dict[str, Any]] = []  # the options of every call
+        self.audio: dict[str, bytes] = {}  # real audio to answer for a text, else fake_audio
         self._lock = threading.Lock()
 
     def synthesize(self, text: str, voice: str, options: Mapping[str, Any] | None = None) -> bytes:
@@ -86,7 +87,7 @@ class FakeProvider:
             error = self.fail_texts.get(text)
             if error is not None:
                 raise error
-            return fake_audio(text)
+            return self.audio.get(text) or fake_audio(text)
         finally:
             with self._lock:
                 self.in_flight -= 1

@@ -6,7 +6,9 @@ storage directory, the fake provider's bill): no job left GENERATING, every run 
 history row and none stays RUNNING, the audio of every item is the provider's bytes for
 its text, and no item is paid for again once it was DONE.
 
-The crash runs are randomized from one seed (printed; replay with CHAOS_SEED=N).
+Some crash runs kill the Generate that follows edits of a job's lines, and restore a take
+after the retries. The crash runs are randomized from one seed (printed; replay with
+CHAOS_SEED=N).
 """
 
 from __future__ import annotations
@@ -183,6 +185,79 @@ def restart_after_server_kill(ctx: CrashContext, checks: Checks) -> None:
     ctx.obs.use(ApiClient(ctx.server.base_url, ctx.token))
 
 
+def edit_lines(
+    obs: Observer, checks: Checks, job_id: int, texts: list[str], positions: list[int]
+) -> dict[int, str]:
+    """PATCH the items at ``positions`` of a COMPLETED job with new texts; answer
+    {position: the text it had}. Each edited item is PENDING with its old audio kept."""
+    items = obs.read(job_id)
+    checks.check("job readable before the edits", items is not None)
+    assert items is not None
+    before: dict[int, str] = {}
+    for position in positions:
+        item = items["items"][position]
+        before[position] = texts[position]
+        texts[position] = f"{texts[position]} (edited)"
+        response = obs.request(
+            "PATCH", f"/api/jobs/{job_id}/items/{item['id']}", {"text": texts[position]}
+        )
+        checks.check(
+            "an edit of a COMPLETED job answers 200",
+            response is not None and response.status_code == 200,
+            None if response is None else response.text[:300],
+        )
+    edited = obs.read(job_id)
+    assert edited is not None
+    checks.check(
+        "edited items are PENDING and stale with their audio kept; the job PENDING",
+        edited["status"] == "PENDING"
+        and edited["progress"]["stale"] == len(positions)
+        and all(
+            edited["items"][p]["status"] == "PENDING" and edited["items"][p]["audio_url"]
+            for p in positions
+        ),
+        job_summary(edited),
+    )
+    return before
+
+
+def restore_first_take(
+    obs: Observer, checks: Checks, job_id: int, texts: list[str], position: int, text: str
+) -> None:
+    """Restore take 1 of an edited line after the crash and the retries: no provider
+    call, the line's text and audio are take 1's again, the job stays COMPLETED."""
+    job = obs.read(job_id)
+    assert job is not None
+    item = job["items"][position]
+    url = f"/api/jobs/{job_id}/items/{item['id']}/takes"
+    listed = obs.request("GET", url)
+    takes = [] if listed is None or listed.status_code != 200 else listed.json()["takes"]
+    checks.check(
+        "the edited line keeps its first take",
+        [t["text"] for t in takes if t["take"] == 1] == [text],
+        takes,
+    )
+    calls = obs.fake.total_calls()
+    response = obs.request("POST", f"{url}/1/restore")
+    checks.check(
+        "a restore answers 200",
+        response is not None and response.status_code == 200,
+        None if response is None else response.text[:300],
+    )
+    checks.check("a restore makes no provider call", obs.fake.total_calls() == calls)
+    texts[position] = text
+    restored = obs.read(job_id)
+    assert restored is not None
+    checks.check(
+        "after a restore the line is its first take, DONE, and the job COMPLETED",
+        restored["items"][position]["text"] == text
+        and restored["items"][position]["status"] == "DONE"
+        and not restored["items"][position]["stale"]
+        and restored["status"] == "COMPLETED",
+        job_summary(restored),
+    )
+
+
 def one_crash_run(ctx: CrashContext, index: int, kind: str) -> None:
     """Create a job, generate, SIGKILL at a random moment, recover, retry, check."""
     rng = ctx.rng
@@ -197,13 +272,19 @@ def one_crash_run(ctx: CrashContext, index: int, kind: str) -> None:
     late = rng.random() < 0.25
     target = rng.randint(n - ITEM_CONCURRENCY, n - 1) if late else rng.randint(0, n - 4)
     jitter = rng.uniform(0.0, 0.05 if late else 0.1)
-    # Sometimes the killed run is a regenerate of a COMPLETED job (every item sent again).
+    # Sometimes the killed run is a regenerate of a COMPLETED job (every item sent again),
+    # or the Generate after edits of some of its lines (only those are sent).
     regen = not in_generate and rng.random() < 0.2
-    killed_attempt = 2 if regen else 1
+    edits = not in_generate and not regen and rng.random() < 0.25
+    edited = sorted(rng.sample(range(n), max(4, n // 2))) if edits else []
+    if edits:
+        target = n - len(edited) + rng.randint(0, len(edited) - 3)
+    killed_attempt = 2 if regen or edits else 1
+    mode = "regen " if regen else f"edit {len(edited)} " if edits else ""
     moment = (
         f"in POST generate +{jitter * 250:.0f}ms"
         if in_generate
-        else (f"{'regen ' if regen else ''}done>={target} +{jitter * 1000:.0f}ms")
+        else (f"{mode}done>={target} +{jitter * 1000:.0f}ms")
     )
     checks = Checks(f"seed={ctx.seed} run=r{index:02d} {kind} {moment} n={n}")
     obs.context = checks.context
@@ -213,6 +294,7 @@ def one_crash_run(ctx: CrashContext, index: int, kind: str) -> None:
     ctx.job_ids.append(job_id)
     observed: Job | None
     posted: list[int | None] = []
+    original: dict[int, str] = {}  # an edited line's position: the text it had
     if in_generate:
         # Kill while the claim is being made or answered: the claim may or may not commit.
         observed = obs.read(job_id)
@@ -232,6 +314,10 @@ def one_crash_run(ctx: CrashContext, index: int, kind: str) -> None:
             response = obs.request("POST", f"/api/jobs/{job_id}/regenerate")
             assert response is not None
         else:
+            if edits:
+                checks.check("first generate 202", obs.generate(job_id).status_code == 202)
+                obs.settled(job_id, SETTLE_TIMEOUT, "first run before the edits")
+                original = edit_lines(obs, checks, job_id, texts, edited)
             response = obs.generate(job_id)
         checks.check("claim 202", response.status_code == 202, response.text[:300])
         checks.check(
@@ -250,7 +336,7 @@ def one_crash_run(ctx: CrashContext, index: int, kind: str) -> None:
     assert observed is not None
     done_before = done_texts(observed)
     job_pid = worker_pid(observed)
-    if regen:
+    if regen or edits:
         checks.check(
             "during a regenerate every item keeps an audio_url (old audio until replaced)",
             all(i["audio_url"] for i in observed["items"]),
@@ -300,6 +386,17 @@ def one_crash_run(ctx: CrashContext, index: int, kind: str) -> None:
                 response is not None
                 and response.status_code == 200
                 and response.content == fake_audio(item["text"]),
+                (item, None if response is None else response.status_code),
+            )
+    if edits:
+        for position, item in enumerate(settled["items"]):  # the old audio until replaced
+            response = obs.audio(item["audio_url"]) if item["audio_url"] else None
+            heard = {fake_audio(item["text"])}
+            if item["status"] != "DONE":
+                heard.add(fake_audio(original.get(position, item["text"])))
+            checks.check(
+                "after a crashed run of edits every line still serves its audio",
+                response is not None and response.status_code == 200 and response.content in heard,
                 (item, None if response is None else response.status_code),
             )
     if bystander:
@@ -388,6 +485,9 @@ def one_crash_run(ctx: CrashContext, index: int, kind: str) -> None:
         again.status_code == 409 and again.json()["error"]["code"] == "nothing_to_generate",
         again.text[:300],
     )
+    if edits:
+        position = rng.choice(edited)
+        restore_first_take(obs, checks, job_id, texts, position, original[position])
     final = obs.read(job_id)
     checks.check("job readable", final is not None)
     assert final is not None
@@ -399,7 +499,7 @@ def one_crash_run(ctx: CrashContext, index: int, kind: str) -> None:
         final,
         texts,
         billed_once=done_before,
-        paid_before=killed_attempt - 1,
+        paid_before=1 if regen else 0,
     )
     leftovers = temp_files(ctx.storage / "jobs" / str(job_id))
     referenced = {i["audio_url"] for i in final["items"]}

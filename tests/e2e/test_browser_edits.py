@@ -1,7 +1,8 @@
 """Fixing one line in a real browser against gunicorn (fake provider): edit a line,
 regenerate only it after reading its estimate, listen to and restore the old take
-(no call), filter the stale lines, delete the job. Screenshots of the item page, the
-estimate and the job page at 1280 and 390 px go to $SPEECHBATCH_SCREENSHOT_DIR."""
+(no call), filter the stale lines, change the job's voice and options by keyboard, delete
+the job. Screenshots of the item page, the estimate, the job page and its voice and
+options form at 1280 and 390 px go to $SPEECHBATCH_SCREENSHOT_DIR."""
 
 from __future__ import annotations
 
@@ -27,7 +28,9 @@ def fake_server(
     """gunicorn wsgi:app on SQLite with the fake provider; an API token."""
     tmp = tmp_path_factory.mktemp("browser-edits")
     with FakeProvider(latency=0.0, api_key="test-key") as fake:
-        env = app_env(sqlite_url(tmp), fake.url, tmp / "audio", LEASE_SECONDS=120)
+        env = app_env(
+            sqlite_url(tmp), fake.url, tmp / "audio", LEASE_SECONDS=120, TTS_VOICES="alloy,echo"
+        )
         token = bootstrap(env)
         app = GunicornServer(env, tmp, workers=1, threads=4, name="browser-edits")
         app.start()
@@ -141,3 +144,49 @@ def test_delete_a_job_after_confirming(
         expect(page.locator(".flash-ok")).to_contain_text("Job deleted")
         assert "cannot be undone" in dialogs[0]
     assert api.request("GET", f"/api/jobs/{job_id}").status_code == 404
+
+
+def test_change_the_voice_and_options_by_keyboard(
+    browser: Browser, fake_server: tuple[GunicornServer, str, FakeProvider]
+) -> None:
+    app, token, fake = fake_server
+    api = ApiClient(app.base_url, token)
+    job_id = api.create_job(LINES, title="Another voice")["id"]
+    assert api.generate(job_id).status_code == 202
+    api.wait_for(lambda: api.get_job(job_id)["status"] == "COMPLETED", timeout=20)
+    calls = fake.total_calls()
+
+    for page in new_tab(browser, app.base_url):
+        sign_in(page)
+        page.goto(f"/jobs/{job_id}")
+        expect(page.locator("#settings-form")).to_be_hidden()
+        page.focus("#job-settings summary")
+        page.keyboard.press("Enter")  # opens the folded form
+        expect(page.locator("#settings-note")).to_contain_text("makes 3 done lines stale")
+        page.keyboard.press("Tab")
+        expect(page.get_by_label("Voice", exact=True)).to_be_focused()
+        page.keyboard.press("ArrowDown")
+        expect(page.get_by_label("Voice", exact=True)).to_have_value("echo")
+        page.keyboard.press("Tab")
+        page.keyboard.type("1.25")
+        page.keyboard.press("Tab")
+        page.keyboard.type("Slowly, like a station announcer.")
+        shoot(page, "job-settings-1280.png")
+        page.keyboard.press("Tab")
+        expect(page.locator("#btn-save-settings")).to_be_focused()
+        page.keyboard.press("Enter")
+        expect(page.locator(".flash-ok")).to_contain_text("Voice and options saved")
+        expect(page.locator("#item-filters [data-count=stale]")).to_have_text("3")
+        expect(page.locator("#btn-regenerate-stale")).to_contain_text("Regenerate 3 stale lines")
+    job = api.get_job(job_id)
+    assert job["voice"] == "echo"
+    assert job["options"] == {"speed": 1.25, "instructions": "Slowly, like a station announcer."}
+    assert fake.total_calls() == calls  # a change sends nothing
+
+    for phone in new_tab(browser, app.base_url, width=PHONE):
+        sign_in(phone)
+        phone.goto(f"/jobs/{job_id}")
+        phone.click("#job-settings summary")
+        expect(phone.get_by_label("Voice", exact=True)).to_have_value("echo")
+        shoot(phone, "job-settings-390.png")
+        no_sideways_scroll(phone)

@@ -212,6 +212,37 @@ def test_a_voice_change_makes_items_stale_and_a_stale_regenerate_sends_them(
     }
 
 
+def test_a_stale_regenerate_bills_only_the_stale_items(
+    svc: Services, client: FlaskClient, auth: dict[str, str], admin: UserRecord,
+    provider: FakeProvider,
+) -> None:  # fmt: skip
+    job = done_job(svc, client, auth, admin)
+    before = audio_bytes(client, auth, job)
+    ids = [item["id"] for item in job["items"]]
+    untouched_key = audio_key(svc, admin, job["id"], ids[1])
+    fixed = {ids[0]: "First line, fixed.", ids[2]: "Third line, fixed."}
+    for item_id, text in fixed.items():
+        response = client.patch(
+            f"/api/jobs/{job['id']}/items/{item_id}", json={"text": text}, headers=auth
+        )
+        assert response.status_code == 200
+    estimate = client.get(f"/api/jobs/{job['id']}/estimate?stale=1", headers=auth).get_json()
+    assert (estimate["items"], estimate["characters"]) == (2, sum(map(len, fixed.values())))
+
+    billed = received_characters(provider)
+    again = generate(svc, client, auth, admin, job["id"], "regenerate", {"stale": True})
+    assert again["status"] == "COMPLETED" and again["progress"]["stale"] == 0
+    assert (again["runs"][-1]["kind"], again["runs"][-1]["selected"]) == ("regenerate", 2)
+    assert [provider.calls[t] for t in TEXTS] == [1, 1, 1]
+    assert [provider.calls[t] for t in fixed.values()] == [1, 1]
+    assert received_characters(provider) == billed + estimate["characters"]
+    assert usage(svc, admin)["billed_characters"] == received_characters(provider)
+    after = audio_bytes(client, auth, again)
+    assert after[1] == before[1] and audio_key(svc, admin, job["id"], ids[1]) == untouched_key
+    assert after[0] != before[0] and after[2] != before[2]
+    assert_counters_match(svc, job["id"])
+
+
 def test_options_are_stored_sent_and_part_of_the_fingerprint(
     svc: Services, client: FlaskClient, auth: dict[str, str], admin: UserRecord,
     provider: FakeProvider,

@@ -167,9 +167,9 @@ def job_options(raw: Any) -> dict[str, Any]:
 
 def update_job(
     uow_factory: UowFactory, user: UserRecord, job_id: int, body: dict[str, Any], limits: Limits
-) -> None:
+) -> bool:
     """Change the job's voice and/or options for the items sent from then on; a change
-    marks every item with audio stale."""
+    marks every item with audio stale. Answers whether anything changed."""
     if "voice" not in body and "options" not in body:
         raise ValidationError("give voice or options to change", field="voice")
     unknown = sorted(set(body) - {"voice", "options"})
@@ -183,10 +183,15 @@ def update_job(
         job = _locked(uow, user, job_id)
         new_voice = voice.strip() if isinstance(voice, str) else job.voice
         new_options = options_json(options) if options is not None else job.options
-        if (new_voice, parse_options(new_options)) != (job.voice, parse_options(job.options)):
+        changed = (new_voice, parse_options(new_options)) != (
+            job.voice,
+            parse_options(job.options),
+        )
+        if changed:
             uow.edits.set_voice_and_options(job_id, new_voice, new_options)
         uow.commit()
-    log.info("job changed job=%s by=%s", job_id, user.email)
+    log.info("job changed job=%s by=%s changed=%s", job_id, user.email, changed)
+    return changed
 
 
 def delete_job(uow_factory: UowFactory, storage: Storage, user: UserRecord, job_id: int) -> None:

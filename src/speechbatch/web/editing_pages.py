@@ -123,6 +123,39 @@ def regenerate_selection(job_id: int) -> Response:
     return redirect(url_for("pages.job", job_id=job_id))
 
 
+def _settings_body() -> dict[str, object]:
+    """The job settings form as the body ``PATCH /api/jobs/ID`` takes: the voice, and
+    the options (a blank speed is the default; blank instructions are none)."""
+    options: dict[str, object] = {"instructions": request.form.get("instructions", "")}
+    speed = request.form.get("speed", "").strip()
+    if speed:
+        try:
+            options["speed"] = float(speed)
+        except ValueError:
+            raise ValidationError("speed must be a number", field="options") from None
+    return {"voice": request.form.get("voice", ""), "options": options}
+
+
+@bp.post("/jobs/<int:job_id>/settings")
+@login_required
+def settings(job_id: int) -> Response:
+    """Change the job's voice and options (not while it runs): its lines with audio
+    become stale, and nothing is sent until someone asks."""
+    s = services()
+    try:
+        changed = editing.update_job(s.uow_factory, current(), job_id, _settings_body(), s.limits)
+    except (Conflict, ValidationError) as exc:
+        flash(exc.message, "error")
+    else:
+        flash(
+            "Voice and options saved: lines made before are stale until regenerated."
+            if changed
+            else "Nothing changed: the voice and options were already these.",
+            "ok",
+        )
+    return redirect(url_for("pages.job", job_id=job_id))
+
+
 @bp.post("/jobs/<int:job_id>/delete")
 @login_required
 def delete(job_id: int) -> Response:

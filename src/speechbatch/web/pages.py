@@ -315,6 +315,7 @@ def job(job_id: int) -> PageResponse:
         percent=percent,
         poll_ms=POLL_INTERVAL_MS,
         renders=list_renders(s.uow_factory, current(), job_id),
+        voices=_voices(),
     )
 
 
