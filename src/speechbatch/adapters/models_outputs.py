@@ -107,3 +107,15 @@ class WebhookDelivery(Base):
     last_error: Mapped[str | None] = mapped_column(Text)
     delivered_at: Mapped[datetime | None] = mapped_column(UTCDateTime())
     created_at: Mapped[datetime] = mapped_column(UTCDateTime(), server_default=db_now())
+
+
+class RetiredId(Base):
+    """The highest id a deleted row of a table had. SQLite (without AUTOINCREMENT, which
+    an existing table cannot gain in place) gives a new row the largest id + 1: deleting
+    the newest job would hand its id, and with it what is cached and stored under that
+    id, to the next job of any organization. New jobs there start above this."""
+
+    __tablename__ = "retired_ids"
+
+    table_name: Mapped[str] = mapped_column(String(50), primary_key=True)
+    last_id: Mapped[int] = mapped_column(Id)

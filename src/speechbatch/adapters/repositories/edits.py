@@ -13,12 +13,13 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from sqlalchemy import ColumnElement, and_, case, func, insert, not_, null, select, update
+from sqlalchemy.dialects import sqlite
 from sqlalchemy.orm import Session
 
 from speechbatch.adapters.db import db_now
 from speechbatch.adapters.models import ItemStatus, JobStatus, RunOutcome
 from speechbatch.adapters.repositories.jobs import claim_update
-from speechbatch.adapters.repositories.tables import COUNTERS, items, jobs, runs
+from speechbatch.adapters.repositories.tables import COUNTERS, items, jobs, retired_ids, runs
 from speechbatch.adapters.repositories.takes import AUDIO_COLUMNS, TakeMoves, takes
 
 
@@ -273,4 +274,12 @@ class EditsRepository(TakeMoves):
         job_items = select(items.c.id).where(items.c.job_id == job_id)
         self.session.execute(takes.delete().where(takes.c.item_id.in_(job_items)))
         self.session.execute(jobs.delete().where(jobs.c.id == job_id))
+        if self.session.get_bind().dialect.name == "sqlite":
+            retire = sqlite.insert(retired_ids).values(table_name="jobs", last_id=job_id)
+            self.session.execute(
+                retire.on_conflict_do_update(
+                    index_elements=[retired_ids.c.table_name],
+                    set_={"last_id": func.max(retired_ids.c.last_id, retire.excluded.last_id)},
+                )
+            )
         return self.unreferenced(keys)

@@ -21,13 +21,14 @@ from sqlalchemy import (
     insert,
     literal,
     select,
+    union_all,
     update,
 )
 from sqlalchemy.orm import Session
 
 from speechbatch.adapters.db import db_now
 from speechbatch.adapters.models import Id, ItemStatus, JobStatus, RunOutcome
-from speechbatch.adapters.repositories.tables import COUNTERS, items, jobs, runs
+from speechbatch.adapters.repositories.tables import COUNTERS, items, jobs, retired_ids, runs
 from speechbatch.adapters.repositories.tables import chapters as chapter_rows
 
 
@@ -87,6 +88,17 @@ class JobsRepository:
     def __init__(self, session: Session) -> None:
         self.session = session
 
+    def _new_id(self) -> dict[str, Any]:
+        """On SQLite, a new job's id above every id a job ever had (``RetiredId``);
+        PostgreSQL's sequence never gives one twice."""
+        if self.session.get_bind().dialect.name != "sqlite":
+            return {}
+        highest = union_all(
+            select(func.max(jobs.c.id).label("id")),
+            select(retired_ids.c.last_id.label("id")).where(retired_ids.c.table_name == "jobs"),
+        ).subquery()
+        return {"id": select(func.coalesce(func.max(highest.c.id), 0) + 1).scalar_subquery()}
+
     def create_job(
         self,
         organization_id: int,
@@ -106,6 +118,7 @@ class JobsRepository:
         job_id: int = self.session.execute(
             insert(jobs)
             .values(
+                **self._new_id(),
                 organization_id=organization_id,
                 created_by_id=user_id,
                 title=title,

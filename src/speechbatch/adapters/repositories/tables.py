@@ -18,6 +18,7 @@ from speechbatch.adapters.models import (
     User,
     Worker,
 )
+from speechbatch.adapters.models_outputs import RetiredId
 
 jobs = cast(Table, Job.__table__)
 items = cast(Table, Item.__table__)
@@ -28,6 +29,7 @@ users = cast(Table, User.__table__)
 organizations = cast(Table, Organization.__table__)
 api_tokens = cast(Table, ApiToken.__table__)
 sign_in_throttles = cast(Table, SignInThrottle.__table__)
+retired_ids = cast(Table, RetiredId.__table__)
 
 # The job row's progress counter of each item status.
 COUNTERS: dict[str, Column[int]] = {
