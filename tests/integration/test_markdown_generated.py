@@ -29,6 +29,7 @@ class Doc:
     source: list[str] = field(default_factory=list)
     spoken: list[str] = field(default_factory=list)
     headings: list[str] = field(default_factory=list)
+    preface: bool = False  # spoken text before the first chapter heading
 
 
 @st.composite
@@ -80,6 +81,8 @@ def markdown(draw: st.DrawFn) -> Doc:
             doc.spoken.append(title)
             if kind != "h3":  # a heading of level 3 stays inside its chapter
                 doc.headings.append(title)
+            elif not doc.headings:
+                doc.preface = True
         elif kind == "code":
             words = draw(st.lists(WORD, min_size=1, max_size=8))
             doc.source.append("```\n" + " ".join(words) + "\n```")
@@ -87,10 +90,12 @@ def markdown(draw: st.DrawFn) -> Doc:
             entries = draw(st.lists(paragraph(), min_size=1, max_size=4))
             doc.source.append("\n".join(f"- {md.replace(chr(10), ' ')}" for md, _ in entries))
             doc.spoken.extend(spoken for _, spoken in entries)
+            doc.preface = doc.preface or not doc.headings
         else:
             md, spoken = draw(paragraph())
             doc.source.append(("> " + md.replace("\n", " ")) if kind == "quote" else md)
             doc.spoken.append(spoken)
+            doc.preface = doc.preface or not doc.headings
     return doc
 
 
@@ -117,6 +122,9 @@ def test_generated_markdown_is_read_whole_and_split_without_cuts(doc: Doc, max_c
     for item in split.items:
         at += len(item.text.replace(" ", ""))
         assert at in ends, item.text[-40:]
-    # Each heading of level 1 or 2 is a chapter, and its chapter's first item.
-    titled = [c for c in split.chapters if split.items[c.first_position - 1].text in doc.headings]
-    assert [c.title for c in titled] == doc.headings
+    # Each heading of level 1 or 2 is a chapter, and its chapter's first item; what comes
+    # before the first one is a chapter named after the document.
+    titles = ["Untitled"] * doc.preface + doc.headings
+    assert [c.title for c in split.chapters] == titles
+    for chapter in split.chapters[doc.preface :]:
+        assert split.items[chapter.first_position - 1].text == chapter.title
