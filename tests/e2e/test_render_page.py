@@ -1,9 +1,10 @@
 """The job page's renders in a real browser against gunicorn with the espeak voice.
 
-A finished job (real speech) is given two chapters in its database, as an import would
-write them; the Render form makes an M4B; the list shows it with a player that plays it
-for as long as the API says, chapter titles that seek the player, and download links for
-the audio and both caption files. The page fits a phone's width. Screenshots
+A Markdown document of three chapters is imported through the API and generated (real
+speech); the job page shows its chapters as sections of the items list with their item
+counts; the Render form makes an M4B; the list shows it with a player that plays it for
+as long as the API says, chapter titles that seek the player, and download links for the
+audio and both caption files. The page fits a phone's width. Screenshots
 ``job-renders-1280.png`` and ``job-renders-390.png`` go to $SPEECHBATCH_SCREENSHOT_DIR.
 """
 
@@ -14,14 +15,11 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+import requests
 from playwright.sync_api import Browser, Locator, Page, expect
-from sqlalchemy import create_engine, insert
-from sqlalchemy.pool import NullPool
 
-from speechbatch.adapters.models import Chapter
 from tests.support.browser import PHONE, SCREENSHOTS, launch, new_tab, sign_in
 from tests.support.server import (
-    SQLITE_FILE,
     ApiClient,
     GunicornServer,
     app_env,
@@ -29,12 +27,20 @@ from tests.support.server import (
     sqlite_url,
 )
 
-ITEMS = [
-    "Chapter one. The beginning.",
-    "Once upon a time there was a batch of text that wanted to be a book.",
-    "Chapter two. The end.",
-    "And it was rendered, with chapters and captions, at one loudness.",
-]
+# Three chapters: a heading of level 1 or 2 starts one, and is its first item.
+DOCUMENT = """# The beginning
+
+Once upon a time there was a batch of text that wanted to be a book.
+
+## The middle
+
+It was read aloud. Then it was joined. It went on for a while.
+
+## The end
+
+And it was rendered, with chapters and captions, at one loudness.
+"""
+TITLES = ["The beginning", "The middle", "The end"]
 
 
 @pytest.fixture(scope="module")
@@ -61,22 +67,40 @@ def browser() -> Iterator[Browser]:
         yield chromium
 
 
-def finished_job_with_chapters(api: ApiClient, database_dir: Path) -> int:
-    """A COMPLETED espeak job with two chapters (rows as the import writes them)."""
-    job = api.create_job(ITEMS, title="A tiny audiobook", voice="en-us")
+def imported_finished_job(api: ApiClient) -> int:
+    """A COMPLETED espeak job imported from DOCUMENT (max 200 characters an item)."""
+    answer = requests.post(
+        f"{api.base_url}/api/jobs/import",
+        headers={"Authorization": f"Bearer {api.token}"},
+        data={"voice": "en-us", "title": "A tiny audiobook", "max_characters": "200"},
+        files={"file": ("tiny.md", DOCUMENT.encode(), "text/markdown")},
+        timeout=30,
+    )
+    assert answer.status_code == 201, answer.text
+    job = answer.json()
+    assert [c["title"] for c in job["chapters"]] == TITLES
     assert api.generate(job["id"]).status_code == 202
     api.wait_job(job["id"], lambda j: j["status"] == "COMPLETED", timeout=60)
-    engine = create_engine(f"sqlite:///{database_dir / SQLITE_FILE}", poolclass=NullPool)
-    with engine.begin() as conn:
-        conn.execute(
-            insert(Chapter),
-            [
-                {"job_id": job["id"], "index": 0, "title": "The beginning", "first_position": 1},
-                {"job_id": job["id"], "index": 1, "title": "The end", "first_position": 3},
-            ],
-        )
-    engine.dispose()
     return int(job["id"])
+
+
+def assert_chapter_sections(page: Page, chapters: list[dict[str, object]]) -> None:
+    """The chapters list and the items list's sections: each title with its item count."""
+    counts = [f"{c['items']} item{'s' if c['items'] != 1 else ''}" for c in chapters]
+    listed = page.locator("#chapters li")
+    expect(listed).to_have_count(len(chapters))
+    sections = page.locator("#items tr.chapter-row")
+    expect(sections).to_have_count(len(chapters))
+    for n, chapter in enumerate(chapters):
+        expect(listed.nth(n)).to_contain_text(f"{chapter['title']} {counts[n]}")
+        expect(sections.nth(n).locator(".chapter-title")).to_have_text(str(chapter["title"]))
+        expect(sections.nth(n).locator(".chapter-count")).to_have_text(counts[n])
+        # The section's next row is the chapter's first item, the heading.
+        first = page.locator(f"#chapter-{chapter['index']} + tr .cell-id")
+        expect(first).to_have_text(str(chapter["first_position"]))
+        expect(page.locator(f"#chapter-{chapter['index']} + tr .clamp")).to_have_text(
+            str(chapter["title"])
+        )
 
 
 def reload_until_completed(page: Page, timeout: float = 60) -> Locator:
@@ -93,14 +117,31 @@ def reload_until_completed(page: Page, timeout: float = 60) -> Locator:
 def test_render_from_the_job_page_plays_seeks_and_downloads(
     server: tuple[GunicornServer, str, Path], browser: Browser
 ) -> None:
-    app, token, database_dir = server
+    app, token, _ = server
     api = ApiClient(app.base_url, token)
-    job_id = finished_job_with_chapters(api, database_dir)
+    job_id = imported_finished_job(api)
+    job = api.request("GET", f"/api/jobs/{job_id}").json()
+    chapters = job["chapters"]
+    assert sum(c["items"] for c in chapters) == job["progress"]["total"]
     SCREENSHOTS.mkdir(parents=True, exist_ok=True)
 
     for page in new_tab(browser, app.base_url):
         sign_in(page)
         page.goto(f"/jobs/{job_id}")
+        assert_chapter_sections(page, chapters)
+        # The live updates reconcile the item rows (as while a run goes on): the sections
+        # stay where they are, before their chapters' first items.
+        page.evaluate(
+            """async () => {
+                const { reconcile } = await import("/static/common.js");
+                const body = document.querySelector("#items tbody");
+                const ids = [...body.querySelectorAll("tr[data-item-id]")]
+                    .map((row) => ({ id: row.dataset.itemId }));
+                reconcile(body, "itemId", ids, () => { throw new Error("no new row"); },
+                          () => {});
+            }"""
+        )
+        assert_chapter_sections(page, chapters)
         expect(page.locator("#renders-empty")).to_have_text("No renders yet.")
         page.select_option("#render-format", "m4b")
         page.select_option("#render-loudness", "-16")
@@ -108,7 +149,7 @@ def test_render_from_the_job_page_plays_seeks_and_downloads(
         expect(page.locator(".flash-ok")).to_contain_text("(M4B) started")
         row = reload_until_completed(page)
         (render,) = api.request("GET", f"/api/jobs/{job_id}/renders").json()["renders"]
-        assert [c["title"] for c in render["chapters"]] == ["The beginning", "The end"]
+        assert [c["title"] for c in render["chapters"]] == TITLES
         expect(row.locator("a", has_text="WebVTT")).to_have_attribute(
             "href", render["captions"]["vtt"]
         )
@@ -128,15 +169,21 @@ def test_render_from_the_job_page_plays_seeks_and_downloads(
             })"""
         )
         assert abs(duration - render["duration_seconds"]) < 0.1
-        # A chapter title seeks the player to where the chapter starts.
-        row.locator("button[data-seek]", has_text="The end").click()
-        position = audio.evaluate("(audio) => audio.currentTime")
-        assert abs(position - render["chapters"][1]["start_seconds"]) < 0.5
-        audio.evaluate("(audio) => audio.pause()")
+        # Each chapter title seeks the player to where the chapter starts.
+        seeks = row.locator("button[data-seek]")
+        expect(seeks).to_have_text(TITLES)
+        for n in (2, 1, 0):
+            seeks.nth(n).click()
+            position = audio.evaluate("(audio) => audio.currentTime")
+            assert abs(position - render["chapters"][n]["start_seconds"]) < 0.5
+            audio.evaluate("(audio) => audio.pause()")
         page.screenshot(path=str(SCREENSHOTS / "job-renders-1280.png"), full_page=True)
 
     for page in new_tab(browser, app.base_url, width=PHONE):
         sign_in(page)
+        page.goto(f"/jobs/{job_id}")
+        assert_chapter_sections(page, chapters)
+        page.screenshot(path=str(SCREENSHOTS / "job-chapters-390.png"), full_page=True)
         page.goto(f"/jobs/{job_id}#renders")
         expect(page.locator("#renders-list tbody tr")).to_have_count(1)
         assert page.evaluate("document.documentElement.scrollWidth <= window.innerWidth")

@@ -125,3 +125,30 @@ def test_a_bad_document_is_shown_next_to_its_field(
     assert status == 422
     assert f'id="{field}"' in page
     assert job_count(svc, admin) == 0
+
+
+def test_the_job_page_shows_the_chapters_as_sections_with_their_counts(
+    browser: tuple[FlaskClient, str],  # noqa: F811
+    svc: Services,
+    admin: UserRecord,
+) -> None:
+    client, token = browser
+    status, location = _post(
+        client, token, "novel.md", (FIXTURES / "novel.md").read_bytes(), max_characters="200"
+    )
+    assert status == 302, location
+    job = view(svc, admin, _job_id(location))
+    chapters = job["chapters"]
+    assert len(chapters) == 3 and all(c["items"] >= 1 for c in chapters)
+    page = text_of(client.get(location))
+    nav = page.split('id="chapters"', 1)[1].split("</nav>", 1)[0]
+    for chapter in chapters:
+        count = f"{chapter['items']} item{'s' if chapter['items'] != 1 else ''}"
+        assert chapter["title"] in nav and f'data-chapter-items="{chapter["index"]}">{count}' in nav
+        # The section row stands right before the chapter's first item, with its count.
+        section = page.split(f'id="chapter-{chapter["index"]}"', 1)[1].split("</tr>", 2)
+        assert chapter["title"] in section[0] and count in section[0]
+        assert f'<td class="muted cell-id">{chapter["first_position"]}</td>' in section[1]
+    assert page.count('class="chapter-row"') == 3
+    # A filtered list is not in sections: its rows are not runs of a chapter.
+    assert 'class="chapter-row"' not in text_of(client.get(f"{location}?status=PENDING"))

@@ -66,15 +66,20 @@ export function newProgressBar(p) {
    player keeps playing. update(row, record) then brings each row up to date. */
 export function reconcile(body, key, records, make, update) {
   var rows = {};
+  // Section rows (data-section: the job page's chapters) are the server's; they stay put.
+  function skipSections(row) {
+    while (row && row.dataset.section !== undefined) row = row.nextElementSibling;
+    return row;
+  }
   Array.prototype.forEach.call(body.children, function (row) {
-    rows[row.dataset[key] || ""] = row;
+    if (row.dataset.section === undefined) rows[row.dataset[key] || ""] = row;
   });
-  var cursor = body.firstElementChild;
+  var cursor = skipSections(body.firstElementChild);
   records.forEach(function (record) {
     var id = String(record.id);
     var row = rows[id] || make(record);
     delete rows[id];
-    if (row === cursor) cursor = cursor.nextElementSibling;
+    if (row === cursor) cursor = skipSections(cursor.nextElementSibling);
     else body.insertBefore(row, cursor);
     update(row, record);
   });

@@ -30,13 +30,32 @@ def decode(source: BinaryIO, rate: int = RATE) -> Iterator[Samples]:
     with av.open(source, mode="r") as container:
         stream = container.streams.audio[0]
         resampler = av.AudioResampler(format="flt", layout="mono", rate=rate)
+        direct: bool | None = None
         for frame in container.decode(stream):
+            if direct is None:
+                # Mono float at the render's rate (MP3 decodes to it) needs no conversion:
+                # the resampler's calls were a sixth of a render. Decided once per stream,
+                # so the resampler never sees half of it.
+                direct = _is_mono_float(frame, rate)
+            if direct:
+                yield _mono(frame)
+                continue
             for out in resampler.resample(frame):
                 yield _mono(out)
-        for out in resampler.resample(None):
-            yield _mono(out)
+        if not direct:
+            for out in resampler.resample(None):
+                yield _mono(out)
+
+
+def _is_mono_float(frame: av.AudioFrame, rate: int) -> bool:
+    """The frame is mono float32 samples at ``rate`` (planar or packed: one plane)."""
+    return (
+        frame.format.name in ("flt", "fltp")
+        and len(frame.layout.channels) == 1
+        and frame.sample_rate == rate
+    )
 
 
 def _mono(frame: av.AudioFrame) -> Samples:
-    """A packed mono float frame's samples (a copy: PyAV reuses its buffers)."""
+    """A mono float frame's samples (a copy: PyAV reuses its buffers)."""
     return np.array(frame.to_ndarray()[0], dtype=np.float32)
