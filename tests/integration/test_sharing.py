@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import itertools
 import threading
-import time
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
@@ -308,37 +307,3 @@ def test_a_sent_item_costs_a_bounded_number_of_statements(
     per_item = (len(large) - len(small)) / 3
     bound = 8 if svc.engine.dialect.name == "postgresql" else 9
     assert per_item <= bound, (small, large)
-
-
-def test_a_slot_goes_to_a_waiting_thread_while_the_answered_one_stores_its_audio(
-    make_svc: Callable[..., Services],
-    admin: UserRecord,
-    provider: FakeProvider,
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    """One slot, two threads for the job, and storing a file takes 0.4 s: the second
-    item's call goes as soon as the first call's answer came (its slot went back then),
-    not after the first item's audio is stored and its thread comes back for a slot."""
-    provider.latency = 0.05
-    svc = make_svc(provider_concurrency=1, item_concurrency=2)
-    calls: list[float] = []
-    stored: list[float] = []
-    synthesize, write = provider.synthesize, svc.storage.write
-
-    def timed_synthesize(*args: Any, **kwargs: Any) -> bytes:
-        calls.append(time.monotonic())
-        return synthesize(*args, **kwargs)
-
-    def slow_write(key: str, data: bytes) -> None:
-        time.sleep(0.4)
-        write(key, data)
-        stored.append(time.monotonic())
-
-    monkeypatch.setattr(provider, "synthesize", timed_synthesize)
-    monkeypatch.setattr(svc.storage, "write", slow_write)
-    job_id = _job(svc, admin, "first line", "second line")
-    start_generation(svc.uow_factory, svc.settings, svc.runner, admin, job_id)
-    wait_for(lambda: _done(svc, admin, job_id), timeout=20)
-    assert view(svc, admin, job_id)["status"] == "COMPLETED"
-    assert len(calls) == 2 and len(stored) == 2
-    assert calls[1] < stored[0], "the second call waited for the first item's audio to be stored"

@@ -79,20 +79,6 @@ def test_a_job_at_its_share_wakes_only_for_its_own_release(
     assert answers and answers[0][0] is True
 
 
-def test_a_release_wakes_a_waiter_of_its_job_while_the_releasing_thread_stores(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    """A call's answer came and its slot went back: the thread that sent it still
-    measures, stores and finishes its item, so a waiting thread of the same job (at its
-    share) takes the slot now rather than when that thread comes back for it."""
-    monkeypatch.setattr(gate_module, "POLL_SECONDS", 30.0)
-    gate = _gate()
-    thread, answers = _waiting(gate, 1, True)
-    gate.released(1)
-    thread.join(2)
-    assert answers and answers[0][0] is True and answers[0][1] < 1.0
-
-
 def test_a_job_at_its_share_wakes_when_the_shares_grow(monkeypatch: pytest.MonkeyPatch) -> None:
     """Another job sent its last item (or its run ended): the slots it gives back from
     now on are the others' to take, so a waiter at its share tries again at once rather
@@ -100,7 +86,7 @@ def test_a_job_at_its_share_wakes_when_the_shares_grow(monkeypatch: pytest.Monke
     monkeypatch.setattr(gate_module, "POLL_SECONDS", 30.0)
     gate = _gate()
     thread, answers = _waiting(gate, 1, True)
-    gate.released(2)
+    gate.released(2, lane_goes_on=True)
     thread.join(0.1)
     assert answers == []
     gate.share_changed()

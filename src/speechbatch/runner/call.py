@@ -94,7 +94,7 @@ class Calls:
                 "provider failure job=%s attempt=%s item=%s status=%s: %s",
                 run.job_id, run.attempt, started.item_id, exc.status, exc.message,
             )  # fmt: skip
-            self.release_after_attempt(run, started)  # if still held
+            self.release_after_attempt(run, started, succeeded=False)  # if still held
             return None, exc.message
         except BaseException:
             items.give_back(run, started)
@@ -149,13 +149,14 @@ class Calls:
             started.reservation, started.slot = got
             return
 
-    def release_after_attempt(self, run: Run, started: Started) -> None:
+    def release_after_attempt(self, run: Run, started: Started, *, succeeded: bool) -> None:
         """A sent attempt ended: its reservation is kept (the provider got it), its slot
         goes back now, before the audio is stored (a failed one's retry waits its
-        backoff, then takes one again)."""
+        backoff, then takes one again; a succeeded one's thread goes on to its next
+        item, so its own job's waiters are not woken for it)."""
         slot, started.slot = started.slot, None
         if slot is not None:
-            self.items.gate.release(slot, run.job_id)
+            self.items.gate.release(slot, run.job_id, lane_goes_on=succeeded)
 
 
 class _SlotProvider:
@@ -186,8 +187,8 @@ class _SlotProvider:
                 # one fails that item as rate-limited and must not stall every other job.
                 gate = self._calls.items.gate
                 gate.pause(min(exc.retry_after, gate.settings.tts_timeout_seconds))
-            self._calls.release_after_attempt(self._run, self._started)
+            self._calls.release_after_attempt(self._run, self._started, succeeded=False)
             raise
         self._started.reservation = None
-        self._calls.release_after_attempt(self._run, self._started)
+        self._calls.release_after_attempt(self._run, self._started, succeeded=True)
         return audio

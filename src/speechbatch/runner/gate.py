@@ -129,7 +129,7 @@ class ProviderGate:
             max_hold_seconds=self.max_hold_seconds,
         )
 
-    def release(self, grant: SlotGrant, job_id: int) -> None:
+    def release(self, grant: SlotGrant, job_id: int, *, lane_goes_on: bool = False) -> None:
         """Give a slot back in a transaction of its own (its call's answer came), then
         wake the waiters (see ``released``)."""
         try:
@@ -137,7 +137,7 @@ class ProviderGate:
         except Exception:
             # The slot comes back anyway after max_hold_seconds.
             log.exception("could not release provider slot %s", grant.slot)
-        self.released(job_id)
+        self.released(job_id, lane_goes_on=lane_goes_on)
 
     # Waiting for a release.
 
@@ -147,19 +147,25 @@ class ProviderGate:
         with self._changed:
             return Mark(self._releases, self._job_releases[job_id], self._shares)
 
-    def released(self, job_id: int | None = None) -> None:
-        """A slot (of ``job_id``, if known) was given back and committed: wake waiters,
-        the job's own among them. The thread that gave it back still measures, stores and
-        finishes its item before it starts another: a waiting thread of the job takes the
-        slot meanwhile, so the slot does not sit idle through that work."""
+    def released(self, job_id: int | None = None, *, lane_goes_on: bool = False) -> None:
+        """A slot (of ``job_id``, if known) was given back and committed: wake waiters.
+
+        ``lane_goes_on``: the item thread that gave it back goes on to its job's next
+        item at once, so the job's own waiters (at its fair share) are not woken for it:
+        they would only race that thread. They are woken when a thread of the job stops
+        (``lane_ended``), and by the poll."""
         cap = self.settings.provider_concurrency
         with self._changed:
             self._releases += 1
             self._unclaimed = min(self._unclaimed + 1, cap)
-            if job_id is not None:
+            if job_id is not None and not lane_goes_on:
                 self._job_releases[job_id] += 1
                 self._job_unclaimed[job_id] = min(self._job_unclaimed[job_id] + 1, cap)
             self._changed.notify_all()
+
+    def lane_ended(self, job_id: int) -> None:
+        """A thread of the job stopped taking items: its job's waiters may use its share."""
+        self.released(job_id)
 
     def share_changed(self) -> None:
         """Fair shares may have grown (a job sent its last startable item, or a run

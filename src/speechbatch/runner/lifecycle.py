@@ -253,6 +253,7 @@ class Runner:
                 # GENERATING and recovery finds it, as for a process that died here.
                 log.exception("item failed job=%s attempt=%s", run.job_id, run.attempt)
                 run.fenced.set()
+        self.gate.lane_ended(run.job_id)
 
     def _process_group(self, run: Run, group: _Group) -> None:
         """Send the group's first item; its duplicates then share that audio.
