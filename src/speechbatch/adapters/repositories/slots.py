@@ -20,6 +20,7 @@ This only builds queries: nothing here commits.
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Protocol, cast
@@ -30,6 +31,7 @@ from sqlalchemy import (
     Integer,
     Table,
     and_,
+    bindparam,
     exists,
     func,
     literal,
@@ -115,7 +117,7 @@ class _Limits:
             ),
         )
 
-    def held_by(self, job_id: int) -> ColumnElement[int]:
+    def held_by(self, job_id: int | ColumnElement[int]) -> ColumnElement[int]:
         """How many live slots the job holds."""
         held = provider_slots.alias("held")
         return (
@@ -185,26 +187,12 @@ class SlotRepository:
         A slot held longer than ``max_hold_seconds`` (longer than any call lasts: its
         release was lost) counts as free, like one whose worker is dead.
         """
-        limits = _Limits(capacity, worker_dead_seconds, max_hold_seconds)
-        candidate = _free_slot_for(limits, worker_id, job_id, attempt)
-        insert_fn = postgresql.insert if self._dialect == "postgresql" else sqlite.insert
-        upsert = insert_fn(provider_slots).from_select(
-            ["slot", "token", "worker_id", "job_id", "attempt", "acquired_at"], candidate
+        statement = _acquire_statement(
+            self._dialect, _Limits(capacity, worker_dead_seconds, max_hold_seconds)
         )
-        statement = upsert.on_conflict_do_update(
-            index_elements=[provider_slots.c.slot],
-            set_={
-                "token": provider_slots.c.token + 1,
-                "worker_id": upsert.excluded.worker_id,
-                "job_id": upsert.excluded.job_id,
-                "attempt": upsert.excluded.attempt,
-                "acquired_at": upsert.excluded.acquired_at,
-                "released_at": None,
-            },
-            # The reclaim: only a slot nobody holds any more.
-            where=not_(limits.live(provider_slots)),
-        ).returning(provider_slots.c.slot, provider_slots.c.token)
-        row = self.session.execute(statement).first()
+        row = self.session.execute(
+            statement, {"worker_id": worker_id, "job_id": job_id, "attempt": attempt}
+        ).first()
         if row is None:
             return None
         return SlotGrant(int(row.slot), int(row.token))
@@ -362,13 +350,39 @@ def _seconds(later_moment: datetime, earlier: datetime) -> float:
     return (later_moment - earlier).total_seconds()
 
 
-def _free_slot_for(limits: _Limits, worker_id: int, job_id: int, attempt: int) -> Any:
+@functools.cache
+def _acquire_statement(dialect: str, limits: _Limits) -> Any:
+    """The slot's reclaim-or-insert for one deployment's limits, built once: the run's
+    numbers are bound parameters (``worker_id``, ``job_id``, ``attempt``)."""
+    candidate = _free_slot_for(limits)
+    insert_fn = postgresql.insert if dialect == "postgresql" else sqlite.insert
+    upsert = insert_fn(provider_slots).from_select(
+        ["slot", "token", "worker_id", "job_id", "attempt", "acquired_at"], candidate
+    )
+    return upsert.on_conflict_do_update(
+        index_elements=[provider_slots.c.slot],
+        set_={
+            "token": provider_slots.c.token + 1,
+            "worker_id": upsert.excluded.worker_id,
+            "job_id": upsert.excluded.job_id,
+            "attempt": upsert.excluded.attempt,
+            "acquired_at": upsert.excluded.acquired_at,
+            "released_at": None,
+        },
+        # The reclaim: only a slot nobody holds any more.
+        where=not_(limits.live(provider_slots)),
+    ).returning(provider_slots.c.slot, provider_slots.c.token)
+
+
+def _free_slot_for(limits: _Limits) -> Any:
     """One free slot number (none held live) as the row a grant to this run would be, if
     the run is still GENERATING at ``attempt`` and under its fair share."""
     numbers = select(literal(0, Integer).label("n")).cte("numbers", recursive=True)
     numbers = numbers.union_all(
         select((numbers.c.n + 1).label("n")).where(numbers.c.n + 1 < limits.capacity)
     )
+    job_id = bindparam("job_id", type_=Integer)
+    attempt = bindparam("attempt", type_=Integer)
     held = provider_slots.alias("taken")
     # Free numbers only, in random order so that concurrent acquirers rarely pick the
     # same number (a collision costs the loser one retry).
@@ -376,9 +390,9 @@ def _free_slot_for(limits: _Limits, worker_id: int, job_id: int, attempt: int) -
         select(
             numbers.c.n,
             literal(1, Integer),
-            literal(worker_id, Integer),
-            literal(job_id, Integer),
-            literal(attempt, Integer),
+            bindparam("worker_id", type_=Integer),
+            job_id,
+            attempt,
             db_now(),
         )
         .where(
