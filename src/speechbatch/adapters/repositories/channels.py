@@ -6,7 +6,6 @@ from __future__ import annotations
 from typing import Any
 
 from sqlalchemy import ColumnElement, case, func
-from sqlalchemy.orm import Session
 
 # The channel of the provider slots: a release notifies it (with its job's id).
 SLOT_CHANNEL = "speechbatch_slots"
@@ -15,10 +14,10 @@ SLOT_CHANNEL = "speechbatch_slots"
 SHARE_PAYLOAD = "share"
 
 
-def share_notice(session: Session, when: ColumnElement[bool] | None = None) -> list[Any]:
+def share_notice(dialect: str, when: ColumnElement[bool] | None = None) -> list[Any]:
     """On PostgreSQL, a RETURNING column that notifies the waiters of every process, at
     commit, that fair shares may have grown (only ``when`` that holds); nothing on SQLite."""
-    if session.get_bind().dialect.name != "postgresql":
+    if dialect != "postgresql":
         return []
     notify = func.pg_notify(SLOT_CHANNEL, SHARE_PAYLOAD)
     return [notify if when is None else case((when, notify))]

@@ -9,20 +9,16 @@ of items takes the job's row lock first, so the counters and the items agree.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from sqlalchemy import (
-    ColumnElement,
     Update,
-    and_,
     case,
     exists,
     false,
     literal,
     null,
-    or_,
     select,
     true,
     update,
@@ -30,17 +26,26 @@ from sqlalchemy import (
 from sqlalchemy.orm import Session
 
 from speechbatch.adapters.db import db_now
-from speechbatch.adapters.models import ItemStatus, JobStatus
-from speechbatch.adapters.repositories.channels import share_notice
-from speechbatch.adapters.repositories.lexicon import lexicon_version_of
-from speechbatch.adapters.repositories.tables import COUNTERS, items, jobs
+from speechbatch.adapters.models import ItemStatus
+from speechbatch.adapters.repositories.item_statements import (
+    DONE_MOVE,
+    GENERATING_ONLY,
+    ITEM_ID,
+    JOB_ID,
+    SRC,
+    STAMP,
+    START_ITEM,
+    STARTABLE,
+    counter_deltas,
+    done_columns,
+    fence_update,
+    moving_fence,
+    old_status,
+    this_item,
+)
+from speechbatch.adapters.repositories.tables import items
 from speechbatch.adapters.repositories.takes import TakeMoves, take_number
 from speechbatch.config import DEFAULT_TAKES_KEPT
-
-# Items a run may start: a retry resumes ERROR items without resetting them at the claim.
-STARTABLE = (ItemStatus.PENDING, ItemStatus.ERROR)
-_GENERATING = (ItemStatus.GENERATING,)
-_SRC = items.alias("src")
 
 
 @dataclass(frozen=True)
@@ -72,21 +77,6 @@ class FinishedItem:
         return self.won
 
 
-def counter_deltas(
-    old_status: ColumnElement[str], from_statuses: Sequence[str], to_status: str
-) -> dict[str, ColumnElement[int]]:
-    """Per counter: what it gains when one item moves from ``old_status`` (if it is one of
-    ``from_statuses``) to ``to_status`` (negative for the status it leaves); nothing
-    changes when it is not."""
-    deltas: dict[str, ColumnElement[int]] = {}
-    for status, column in COUNTERS.items():
-        if status == to_status:
-            deltas[column.key] = case((old_status.in_(from_statuses), 1), else_=0)
-        elif status in from_statuses:
-            deltas[column.key] = case((old_status == status, -1), else_=0)
-    return deltas
-
-
 class ItemMoves(TakeMoves):
     """Fenced moves of one run's items, over one session (``RunsRepository`` has them)."""
 
@@ -99,39 +89,20 @@ class ItemMoves(TakeMoves):
         are serialized on that row. False means this run was declared dead or
         superseded: it must write nothing more.
         """
-        return self._fence(job_id, attempt, {}) is not None
+        return self._fence(job_id, attempt, STAMP) is not None
 
-    def _fence(
-        self, job_id: int, attempt: int, deltas: dict[str, ColumnElement[int]], *extra: Any
-    ) -> Any:
-        """The job row at the run's attempt, counters moved: its RETURNING row (``extra``
-        columns after its id), or None when fenced."""
-        values: dict[str, Any] = {key: jobs.c[key] + delta for key, delta in deltas.items()}
-        row = self.session.execute(
-            update(jobs)
-            .where(
-                jobs.c.id == job_id,
-                jobs.c.status == JobStatus.GENERATING,
-                jobs.c.attempt == attempt,
-            )
-            .values(updated_at=db_now(), version=jobs.c.version + 1, **values)
-            .returning(jobs.c.id, *extra)
-        ).first()
-        return row
+    def _fence(self, job_id: int, attempt: int, fence: Update, item_id: int = 0) -> Any:
+        """Run ``fence`` (built by ``fence_update``) for the run's attempt and the item:
+        its RETURNING row (its extra columns after the job's id), or None when fenced."""
+        params = {"b_job_id": job_id, "b_attempt": attempt, "b_item_id": item_id}
+        return self.session.execute(fence, params).first()
 
-    def _move(
-        self,
-        job_id: int,
-        attempt: int,
-        item_id: int,
-        deltas: dict[str, ColumnElement[int]],
-        move: Update,
-    ) -> Any:
+    def _move(self, job_id: int, attempt: int, item_id: int, fence: Update, move: Update) -> Any:
         """The fence, then ``move`` (an item UPDATE with RETURNING): its row, or None
         when fenced or the item was not in a status the move takes."""
-        if self._fence(job_id, attempt, deltas) is None:
+        if self._fence(job_id, attempt, fence, item_id) is None:
             return None
-        return self.session.execute(move.where(*_this_item(job_id, item_id))).first()
+        return self.session.execute(move.where(*this_item(job_id, item_id))).first()
 
     def start_item(
         self, job_id: int, attempt: int, item_id: int, *, reuse_fingerprint: str | None = None
@@ -141,34 +112,14 @@ class ItemMoves(TakeMoves):
         With ``reuse_fingerprint``, the same statement looks up the newest finished audio
         of that fingerprint (one index probe) and names its item in the answer.
         """
-        reusable = (
-            select(_SRC.c.id)
-            .where(
-                _SRC.c.fingerprint == reuse_fingerprint,
-                _SRC.c.status == ItemStatus.DONE,
-                _SRC.c.audio_path.is_not(None),
-            )
-            .order_by(_SRC.c.updated_at.desc())
-            .limit(1)
-            .scalar_subquery()
-        )
-        # After this start, whether the job has no item left to start: its fair share of
-        # slots goes to the other jobs (told to every process at commit).
-        drained = jobs.c.items_pending + jobs.c.items_error == 0
-        fenced = self._fence(
-            job_id,
-            attempt,
-            counter_deltas(_old_status(job_id, item_id), STARTABLE, ItemStatus.GENERATING),
-            drained.label("drained"),
-            *share_notice(self.session, drained),
-        )
+        dialect = self.session.get_bind().dialect.name
+        fence = moving_fence(STARTABLE, ItemStatus.GENERATING, dialect)
+        fenced = self._fence(job_id, attempt, fence, item_id)
         if fenced is None:
             return None
         row = self.session.execute(
-            update(items)
-            .where(*_this_item(job_id, item_id), items.c.status.in_(STARTABLE))
-            .values(status=ItemStatus.GENERATING, error_message=null(), updated_at=db_now())
-            .returning(items.c.text, items.c.audio_path, reusable.label("reusable_id"))
+            START_ITEM,
+            {"b_job_id": job_id, "b_item_id": item_id, "b_fingerprint": reuse_fingerprint},
         ).first()
         if row is None:
             return None
@@ -193,38 +144,39 @@ class ItemMoves(TakeMoves):
         no finished audio any more (the counters then do not move either).
         """
         source_done = exists().where(
-            _SRC.c.id == source_item_id,
-            _SRC.c.status == ItemStatus.DONE,
-            _SRC.c.audio_path.is_not(None),
+            SRC.c.id == source_item_id,
+            SRC.c.status == ItemStatus.DONE,
+            SRC.c.audio_path.is_not(None),
         )
 
         def of_source(column: Any) -> Any:
-            return select(column).where(_SRC.c.id == source_item_id).scalar_subquery()
+            return select(column).where(SRC.c.id == source_item_id).scalar_subquery()
 
         reusable_from = (*STARTABLE, ItemStatus.GENERATING)
         # The counters move only when the item will: the same conditions as its UPDATE.
-        old_status = case((source_done, _old_status(job_id, item_id)), else_=literal("-"))
-        if self._fence(job_id, attempt, counter_deltas(old_status, reusable_from, "DONE")) is None:
+        moving = case((source_done, old_status(JOB_ID, ITEM_ID)), else_=literal("-"))
+        fence = fence_update(counter_deltas(moving, reusable_from, ItemStatus.DONE))
+        if self._fence(job_id, attempt, fence, item_id) is None:
             return FinishedItem(won=False)
         replaced = self._audio_path(job_id, item_id)
         row = self.session.execute(
             update(items)
-            .where(*_this_item(job_id, item_id), items.c.status.in_(reusable_from), source_done)
+            .where(*this_item(job_id, item_id), items.c.status.in_(reusable_from), source_done)
             .values(
                 status=ItemStatus.DONE,
                 error_message=null(),
                 reused=true(),
                 fingerprint=fingerprint,
-                audio_path=of_source(_SRC.c.audio_path),
-                audio_bytes=of_source(_SRC.c.audio_bytes),
-                audio_sha256=of_source(_SRC.c.audio_sha256),
-                duration_seconds=of_source(_SRC.c.duration_seconds),
-                suspect=of_source(_SRC.c.suspect),
-                current_take=take_number(item_id, of_source(_SRC.c.audio_path)),
+                audio_path=of_source(SRC.c.audio_path),
+                audio_bytes=of_source(SRC.c.audio_bytes),
+                audio_sha256=of_source(SRC.c.audio_sha256),
+                duration_seconds=of_source(SRC.c.duration_seconds),
+                suspect=of_source(SRC.c.suspect),
+                current_take=take_number(item_id, of_source(SRC.c.audio_path)),
                 stale=false(),
                 updated_at=db_now(),
             )
-            .returning(*_done_columns(job_id))
+            .returning(*done_columns(job_id))
         ).first()
         if row is None:
             return FinishedItem(won=False)
@@ -256,16 +208,17 @@ class ItemMoves(TakeMoves):
         """
         if error_message is not None:
             return self._finish_error(job_id, attempt, item_id, error_message)
-        if not self._fence(
-            job_id,
-            attempt,
-            counter_deltas(_old_status(job_id, item_id), _GENERATING, ItemStatus.DONE),
-        ):
+        dialect = self.session.get_bind().dialect.name
+        fence = moving_fence(GENERATING_ONLY, ItemStatus.DONE, dialect)
+        if not self._fence(job_id, attempt, fence, item_id):
             return FinishedItem(won=False)
         done = {"audio_path": audio_path, "audio_bytes": audio_bytes, "fingerprint": fingerprint,
                 "audio_sha256": audio_sha256, "duration_seconds": duration_seconds,
                 "suspect": suspect}  # fmt: skip
-        row = self.session.execute(_done_update(job_id, item_id, done)).first()
+        values = {f"new_{name}": value for name, value in done.items()}
+        row = self.session.execute(
+            DONE_MOVE, {"b_job_id": job_id, "b_item_id": item_id, **values}
+        ).first()
         if row is None:
             return FinishedItem(won=False)
         return self._new_take(item_id, spoken_text, keep, replaced_audio_path, row)
@@ -290,7 +243,7 @@ class ItemMoves(TakeMoves):
             job_id,
             attempt,
             item_id,
-            counter_deltas(_old_status(job_id, item_id), _GENERATING, status),
+            moving_fence(GENERATING_ONLY, status, self.session.get_bind().dialect.name),
             update(items)
             .where(items.c.status == ItemStatus.GENERATING)
             .values(status=status, updated_at=db_now(), **values)
@@ -302,7 +255,7 @@ class ItemMoves(TakeMoves):
         """The item's audio now (read under the job's row lock, which every writer of
         its items takes first)."""
         return self.session.execute(
-            select(items.c.audio_path).where(*_this_item(job_id, item_id))
+            select(items.c.audio_path).where(*this_item(job_id, item_id))
         ).scalar_one_or_none()
 
     def _new_take(
@@ -323,55 +276,4 @@ class ItemMoves(TakeMoves):
     def mark_stale(self, job_id: int, item_id: int) -> None:
         """Mark an item that has just become DONE stale: its run's rules were older than
         the organization's, and the newer ones give another spoken text."""
-        self.session.execute(update(items).where(*_this_item(job_id, item_id)).values(stale=true()))
-
-
-def _done_update(job_id: int, item_id: int, done: dict[str, Any]) -> Update:
-    """A GENERATING item to DONE with ``done`` (its audio and measurement)."""
-    return (
-        update(items)
-        .where(
-            *_this_item(job_id, item_id),
-            or_(
-                items.c.status == ItemStatus.GENERATING,
-                # The same write again (a retry after a lost commit ack) wins again;
-                # the counters did not move for it.
-                and_(
-                    items.c.status == ItemStatus.DONE,
-                    items.c.audio_path == done["audio_path"],
-                    items.c.audio_sha256 == done["audio_sha256"],
-                ),
-            ),
-        )
-        .values(
-            status=ItemStatus.DONE,
-            error_message=null(),
-            reused=false(),
-            stale=false(),
-            current_take=take_number(item_id, done["audio_path"]),
-            updated_at=db_now(),
-            **done,
-        )
-        .returning(*_done_columns(job_id))
-    )
-
-
-def _done_columns(job_id: int) -> tuple[Any, ...]:
-    """What a DONE move answers. Its statement runs after the fence took the job row's
-    lock, so the lexicon version it reads is at least the one a stale pass that has
-    already marked this job's items used (see ``repositories/lexicon.py``)."""
-    organization = select(jobs.c.organization_id).where(jobs.c.id == job_id).scalar_subquery()
-    return (
-        items.c.audio_path,
-        items.c.current_take,
-        items.c.text,
-        lexicon_version_of(organization).label("lexicon_version"),
-    )
-
-
-def _this_item(job_id: int, item_id: int) -> tuple[ColumnElement[bool], ...]:
-    return (items.c.id == item_id, items.c.job_id == job_id)
-
-
-def _old_status(job_id: int, item_id: int) -> ColumnElement[str]:
-    return select(items.c.status).where(*_this_item(job_id, item_id)).scalar_subquery()
+        self.session.execute(update(items).where(*this_item(job_id, item_id)).values(stale=true()))

@@ -193,7 +193,11 @@ class RunsRepository(ItemMoves):
             )
             .values(**values)
             # A run that ends may grow the other jobs' fair shares of the provider slots.
-            .returning(jobs.c.status, jobs.c.error_message, *share_notice(self.session))
+            .returning(
+                jobs.c.status,
+                jobs.c.error_message,
+                *share_notice(self.session.get_bind().dialect.name),
+            )
         ).first()
         return None if row is None else (row.status, row.error_message)
 

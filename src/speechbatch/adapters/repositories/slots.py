@@ -20,123 +20,32 @@ This only builds queries: nothing here commits.
 
 from __future__ import annotations
 
-import functools
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Protocol, cast
 
 from sqlalchemy import (
-    ColumnElement,
     Float,
-    Integer,
     Table,
     and_,
-    bindparam,
-    exists,
     func,
     literal,
-    not_,
     select,
-    type_coerce,
     update,
 )
 from sqlalchemy.dialects import postgresql, sqlite
-from sqlalchemy.ext.compiler import compiles
 from sqlalchemy.orm import Session
-from sqlalchemy.sql.compiler import SQLCompiler
-from sqlalchemy.sql.expression import FunctionElement
 
-from speechbatch.adapters.db import UTCDateTime, ago, db_now, later
+from speechbatch.adapters.db import db_now, later
 from speechbatch.adapters.models import JobStatus, ProviderPace, ProviderSlot, RunOutcome
 from speechbatch.adapters.repositories.channels import SLOT_CHANNEL
-from speechbatch.adapters.repositories.tables import jobs, runs, workers
+from speechbatch.adapters.repositories.slot_statements import Limits, acquire_statement
+from speechbatch.adapters.repositories.sql_functions import greatest, plus_seconds
+from speechbatch.adapters.repositories.tables import jobs, runs
 
 provider_slots = cast(Table, ProviderSlot.__table__)
 provider_pace = cast(Table, ProviderPace.__table__)
 _PACE_ROW = 1
-
-
-class _plus_seconds(FunctionElement[datetime]):
-    """A timestamp expression plus a (signed) number of seconds."""
-
-    type = UTCDateTime()
-    inherit_cache = True
-
-
-@compiles(_plus_seconds, "postgresql")
-def _pg_plus(element: _plus_seconds, compiler: SQLCompiler, **kw: Any) -> str:
-    moment, seconds = (compiler.process(arg, **kw) for arg in element.clauses)
-    return f"({moment} + make_interval(secs => CAST({seconds} AS double precision)))"
-
-
-@compiles(_plus_seconds, "sqlite")
-def _sqlite_plus(element: _plus_seconds, compiler: SQLCompiler, **kw: Any) -> str:
-    moment, seconds = (compiler.process(arg, **kw) for arg in element.clauses)
-    return f"strftime('%Y-%m-%d %H:%M:%f000', {moment}, printf('%+.6f seconds', {seconds}))"
-
-
-class _greatest(FunctionElement[Any]):
-    """The larger of two values."""
-
-    inherit_cache = True
-
-
-@compiles(_greatest, "postgresql")
-def _pg_greatest(element: _greatest, compiler: SQLCompiler, **kw: Any) -> str:
-    return f"GREATEST({compiler.process(element.clauses, **kw)})"
-
-
-@compiles(_greatest, "sqlite")
-def _sqlite_greatest(element: _greatest, compiler: SQLCompiler, **kw: Any) -> str:
-    return f"max({compiler.process(element.clauses, **kw)})"
-
-
-@dataclass(frozen=True)
-class _Limits:
-    """What counts as a live slot, and the deployment's capacity."""
-
-    capacity: int
-    worker_dead_seconds: float
-    max_hold_seconds: float
-
-    def live(self, slot: Any) -> ColumnElement[bool]:
-        """The slot row is held: not released, not held longer than a call can last (a
-        release lost to a database outage), and its worker heartbeats, not stopped."""
-        return and_(
-            slot.c.released_at.is_(None),
-            slot.c.acquired_at >= ago(self.max_hold_seconds),
-            # An IN over the live workers, not an EXISTS correlated to the slot: inside
-            # ON CONFLICT's WHERE, SQLAlchemy puts the slots table into such a subquery's
-            # FROM, and an EXISTS over the whole table (empty in the statement's snapshot)
-            # called a held slot free: two grants of one slot.
-            slot.c.worker_id.in_(
-                select(workers.c.id).where(
-                    workers.c.stopped_at.is_(None),
-                    workers.c.heartbeat_at >= ago(self.worker_dead_seconds),
-                )
-            ),
-        )
-
-    def held_by(self, job_id: int | ColumnElement[int]) -> ColumnElement[int]:
-        """How many live slots the job holds."""
-        held = provider_slots.alias("held")
-        return (
-            select(func.count())
-            .select_from(held)
-            .where(held.c.job_id == job_id, self.live(held))
-            .scalar_subquery()
-        )
-
-    def share(self) -> ColumnElement[int]:
-        """A job's fair share: ceil(capacity / GENERATING jobs that still have items to
-        start), integer arithmetic. A job whose last items are in flight wants no more
-        slots, so the others may take what it gives back."""
-        wanting = select(func.count()).where(
-            jobs.c.status == JobStatus.GENERATING,
-            jobs.c.items_pending + jobs.c.items_error > 0,
-        )
-        running = type_coerce(_greatest(literal(1, Integer), wanting.scalar_subquery()), Integer)
-        return (literal(self.capacity, Integer) + running - 1) // running
 
 
 @dataclass(frozen=True)
@@ -187,8 +96,8 @@ class SlotRepository:
         A slot held longer than ``max_hold_seconds`` (longer than any call lasts: its
         release was lost) counts as free, like one whose worker is dead.
         """
-        statement = _acquire_statement(
-            self._dialect, _Limits(capacity, worker_dead_seconds, max_hold_seconds)
+        statement = acquire_statement(
+            self._dialect, Limits(capacity, worker_dead_seconds, max_hold_seconds)
         )
         row = self.session.execute(
             statement, {"worker_id": worker_id, "job_id": job_id, "attempt": attempt}
@@ -233,14 +142,14 @@ class SlotRepository:
         """Whether the job holds its fair share of live slots, ceil(capacity / GENERATING
         jobs): an acquire for it is refused until one of its slots is released (or
         another job stops running)."""
-        limits = _Limits(capacity, worker_dead_seconds, max_hold_seconds)
+        limits = Limits(capacity, worker_dead_seconds, max_hold_seconds)
         return bool(
             self.session.execute(select(limits.held_by(job_id) >= limits.share())).scalar_one()
         )
 
     def slots_in_flight(self, *, worker_dead_seconds: float, max_hold_seconds: float) -> int:
         """How many slots live holders have now."""
-        limits = _Limits(0, worker_dead_seconds, max_hold_seconds)
+        limits = Limits(0, worker_dead_seconds, max_hold_seconds)
         held = provider_slots.alias("held")
         return int(
             self.session.execute(
@@ -265,9 +174,9 @@ class SlotRepository:
                 provider_pace.c.id == _PACE_ROW,
                 next_start <= later(max(float(interval_seconds), 0.25)),
             )
-            .values(next_start_at=_plus_seconds(_greatest(next_start, db_now()), interval))
+            .values(next_start_at=plus_seconds(greatest(next_start, db_now()), interval))
             .returning(
-                _plus_seconds(next_start, -interval).label("starts_at"),
+                plus_seconds(next_start, -interval).label("starts_at"),
                 db_now().label("now"),
             )
         ).first()
@@ -305,7 +214,7 @@ class SlotRepository:
         statement = (
             update(provider_pace)
             .where(provider_pace.c.id == _PACE_ROW)
-            .values(next_start_at=_greatest(provider_pace.c.next_start_at, later(seconds)))
+            .values(next_start_at=greatest(provider_pace.c.next_start_at, later(seconds)))
             .returning(provider_pace.c.next_start_at)
         )
         if self.session.execute(statement).first() is None:
@@ -348,62 +257,3 @@ def _by_slot(grant: SlotGrant) -> int:
 
 def _seconds(later_moment: datetime, earlier: datetime) -> float:
     return (later_moment - earlier).total_seconds()
-
-
-@functools.cache
-def _acquire_statement(dialect: str, limits: _Limits) -> Any:
-    """The slot's reclaim-or-insert for one deployment's limits, built once: the run's
-    numbers are bound parameters (``worker_id``, ``job_id``, ``attempt``)."""
-    candidate = _free_slot_for(limits)
-    insert_fn = postgresql.insert if dialect == "postgresql" else sqlite.insert
-    upsert = insert_fn(provider_slots).from_select(
-        ["slot", "token", "worker_id", "job_id", "attempt", "acquired_at"], candidate
-    )
-    return upsert.on_conflict_do_update(
-        index_elements=[provider_slots.c.slot],
-        set_={
-            "token": provider_slots.c.token + 1,
-            "worker_id": upsert.excluded.worker_id,
-            "job_id": upsert.excluded.job_id,
-            "attempt": upsert.excluded.attempt,
-            "acquired_at": upsert.excluded.acquired_at,
-            "released_at": None,
-        },
-        # The reclaim: only a slot nobody holds any more.
-        where=not_(limits.live(provider_slots)),
-    ).returning(provider_slots.c.slot, provider_slots.c.token)
-
-
-def _free_slot_for(limits: _Limits) -> Any:
-    """One free slot number (none held live) as the row a grant to this run would be, if
-    the run is still GENERATING at ``attempt`` and under its fair share."""
-    numbers = select(literal(0, Integer).label("n")).cte("numbers", recursive=True)
-    numbers = numbers.union_all(
-        select((numbers.c.n + 1).label("n")).where(numbers.c.n + 1 < limits.capacity)
-    )
-    job_id = bindparam("job_id", type_=Integer)
-    attempt = bindparam("attempt", type_=Integer)
-    held = provider_slots.alias("taken")
-    # Free numbers only, in random order so that concurrent acquirers rarely pick the
-    # same number (a collision costs the loser one retry).
-    return (
-        select(
-            numbers.c.n,
-            literal(1, Integer),
-            bindparam("worker_id", type_=Integer),
-            job_id,
-            attempt,
-            db_now(),
-        )
-        .where(
-            numbers.c.n.not_in(select(held.c.slot).where(limits.live(held))),
-            exists().where(
-                jobs.c.id == job_id,
-                jobs.c.attempt == attempt,
-                jobs.c.status == JobStatus.GENERATING,
-            ),
-            limits.held_by(job_id) < limits.share(),
-        )
-        .order_by(func.random())
-        .limit(1)
-    )

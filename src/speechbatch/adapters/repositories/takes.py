@@ -49,7 +49,7 @@ class TakeRow:
     current: bool
 
 
-def take_number(item_id: int, audio_path: Any) -> ColumnElement[int]:
+def take_number(item_id: int | ColumnElement[int], audio_path: Any) -> ColumnElement[int]:
     """The number of the item's take of ``audio_path``: its existing take (a retried
     finish), else the item's next number. A DONE move sets ``current_take`` to it."""
     existing = (
