@@ -7,7 +7,7 @@ import json
 import threading
 import time
 from collections import Counter
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Generator, Iterable, Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any, Literal, overload
 
@@ -381,8 +381,8 @@ class FakeLexicon:
     def set_stale(self, job_id: int, stale: Sequence[int], fresh: Sequence[int]) -> None:
         pass
 
-    def done_items(self, organization_id: int) -> Iterator[DoneItem]:
-        return iter(())
+    def done_items(self, organization_id: int) -> Generator[DoneItem, None, None]:
+        yield from ()
 
 
 class FakeUnitOfWork:
