@@ -378,6 +378,9 @@ class FakeLexicon:
     def lock_done_items(self, job_id: int, after: int, limit: int) -> list[DoneItem]:
         return []
 
+    def done_item(self, job_id: int, item_id: int) -> DoneItem | None:
+        return None
+
     def set_stale(self, job_id: int, stale: Sequence[int], fresh: Sequence[int]) -> None:
         pass
 

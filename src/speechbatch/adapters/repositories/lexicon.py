@@ -104,6 +104,7 @@ class Lexicons(Protocol):
     def release_pass(self, claim: PassClaim) -> None: ...
     def job_ids(self, organization_id: int) -> list[int]: ...
     def lock_done_items(self, job_id: int, after: int, limit: int) -> list[DoneItem]: ...
+    def done_item(self, job_id: int, item_id: int) -> DoneItem | None: ...
     def set_stale(self, job_id: int, stale: Sequence[int], fresh: Sequence[int]) -> None: ...
     def done_items(self, organization_id: int) -> Generator[DoneItem, None, None]: ...
 
@@ -305,6 +306,14 @@ class LexiconRepository:
         ).all()  # fmt: skip
         # An item whose take row is gone (none should be) is left as it is.
         return [_done_item(r) for r in rows if r.spoken_text is not None]
+
+    def done_item(self, job_id: int, item_id: int) -> DoneItem | None:
+        """One DONE item of the job, read as the stale pass reads them (None: not DONE
+        with a current take): a restore judges it by the pass's own predicate."""
+        row = self.session.execute(
+            _done_items(probe=True).where(items.c.job_id == job_id, items.c.id == item_id)
+        ).first()
+        return None if row is None or row.spoken_text is None else _done_item(row)
 
     def set_stale(self, job_id: int, stale: Sequence[int], fresh: Sequence[int]) -> None:
         """Mark ``stale`` items stale and ``fresh`` ones not (items of the locked job),
