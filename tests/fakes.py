@@ -7,7 +7,7 @@ import json
 import threading
 import time
 from collections import Counter
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Generator, Iterable, Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any, Literal, overload
 
@@ -378,11 +378,14 @@ class FakeLexicon:
     def lock_done_items(self, job_id: int, after: int, limit: int) -> list[DoneItem]:
         return []
 
+    def done_item(self, job_id: int, item_id: int) -> DoneItem | None:
+        return None
+
     def set_stale(self, job_id: int, stale: Sequence[int], fresh: Sequence[int]) -> None:
         pass
 
-    def done_items(self, organization_id: int) -> Iterator[DoneItem]:
-        return iter(())
+    def done_items(self, organization_id: int) -> Generator[DoneItem, None, None]:
+        yield from ()
 
 
 class FakeUnitOfWork:

@@ -62,6 +62,12 @@ class InvalidRule(ValidationError):
     code = "invalid_rule"
 
 
+class RuleTimeout(ValidationError):
+    """A lexicon rule ran out of time on a text: it has no spoken text with these rules."""
+
+    code = "rule_timeout"
+
+
 class TooManySignIns(SpeechbatchError):
     """Too many failed sign-ins for this email from this address; try again later."""
 

@@ -523,9 +523,21 @@ def test_estimate_counts_calls_characters_and_reuse(
     run(svc, admin, job_of(svc, admin, ["hello world"]))
     job_id = job_of(svc, admin, ["hello world", "abc", "abc", "defg"])
     body = client.get(f"/api/jobs/{job_id}/estimate", headers=auth).get_json()
-    assert body == {"items": 2, "characters": 7, "reused_items": 2, "price": None}
+    assert body == {
+        "items": 2,
+        "characters": 7,
+        "reused_items": 2,
+        "lexicon_timeouts": 0,
+        "price": None,
+    }
     body = client.get(f"/api/jobs/{job_id}/estimate?regenerate=1", headers=auth).get_json()
-    assert body == {"items": 3, "characters": 18, "reused_items": 1, "price": None}
+    assert body == {
+        "items": 3,
+        "characters": 18,
+        "reused_items": 1,
+        "lexicon_timeouts": 0,
+        "price": None,
+    }
 
 
 # --- pages -------------------------------------------------------------------------------

@@ -20,7 +20,8 @@ class OptionsError(ValueError):
 
 def spoken_text(text: str, lexicon: Lexicon | None = None) -> str:
     """The spoken text of an item: what is sent, billed, estimated and fingerprinted:
-    its text with the organization's lexicon applied (None: no rules)."""
+    its text with the organization's lexicon applied (None: no rules). Raises
+    LexiconTimeout when a rule runs out of time on it: never another text."""
     return text if lexicon is None else lexicon.apply(text)
 
 

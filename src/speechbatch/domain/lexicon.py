@@ -4,6 +4,11 @@ A literal rule replaces whole words only ("SQL" never touches "SQLite"); a regex
 compiled with the ``regex`` package, refused when it does not compile, matches empty
 text or looks like it can run away, and is always applied under a time limit, so no
 rule can hang a request or a run. ``say`` is literal text (no group references).
+
+The spoken text is a pure function of (text, rules): a rule that runs out of time
+raises LexiconTimeout naming it, never gives a text with that rule left out, so a
+run's grouping, its start, the estimate, the stale pass and a preview can never
+disagree about what a line says.
 """
 
 from __future__ import annotations
@@ -18,8 +23,8 @@ import regex
 MAX_RULES = 1000
 MAX_MATCH = 200
 MAX_SAY = 1000
-# Each text gets this much matching time in all; a rule that would take longer is
-# skipped for that text (logged by the caller if it cares), never waited for.
+# Each text gets this much matching time in all; a rule that would take longer raises
+# LexiconTimeout for that text (each caller decides what that means), never waited for.
 APPLY_SECONDS = 0.25
 # A probe that a sane pattern answers in microseconds; a runaway one does not.
 PROBE_SECONDS = 0.05
@@ -29,6 +34,17 @@ _NESTED = regex.compile(r"\((?:[^()\\]|\\.)*[+*}](?:[^()\\]|\\.)*\)\s*(?:[+*]|\{
 
 class LexiconError(ValueError):
     """A rule that cannot be used; the message names it (1-based) and says why."""
+
+
+class LexiconTimeout(LexiconError):
+    """A rule ran out of time on a text: that text has no spoken text with these rules."""
+
+    def __init__(self, n: int, rule: Rule) -> None:
+        super().__init__(
+            f"rule {n} “{rule.match}” ran out of time on this line: "
+            "shorten the line or simplify the rule"
+        )
+        self.rule_number = n
 
 
 @dataclass(frozen=True)
@@ -154,7 +170,8 @@ class Lexicon:
         return cls(rules, compiled, version)
 
     def touches(self, text: str) -> bool:
-        """Whether some rule matches the text (if none does, ``apply`` returns it as is)."""
+        """Whether some rule may match the text (if none does, ``apply`` returns it as
+        is); a search that runs out of time answers True (``apply`` then decides)."""
         try:
             if self._any is not None and self._any.search(text, timeout=APPLY_SECONDS):
                 return True
@@ -163,19 +180,19 @@ class Lexicon:
             return True
 
     def apply(self, text: str) -> str:
-        """The rules applied in order, within APPLY_SECONDS in all: a rule that runs out
-        of time leaves the text as it was before it."""
+        """The rules applied in order, within APPLY_SECONDS in all; LexiconTimeout names
+        the rule that was running (or was next) when the time ran out."""
         if not self.touches(text):
             return text
         deadline = time.monotonic() + APPLY_SECONDS
-        for rule, compiled in zip(self.rules, self._compiled, strict=True):
+        for n, (rule, compiled) in enumerate(zip(self.rules, self._compiled, strict=True), 1):
             left = deadline - time.monotonic()
             if left <= 0:
-                break
+                raise LexiconTimeout(n, rule)
             try:
                 text = compiled.sub(lambda _m, say=rule.say: say, text, timeout=left)
             except TimeoutError:
-                break
+                raise LexiconTimeout(n, rule) from None
         return text
 
 

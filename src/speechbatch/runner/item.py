@@ -33,7 +33,6 @@ from speechbatch.adapters.repositories.ledger import Reservation
 from speechbatch.adapters.repositories.slots import SlotGrant
 from speechbatch.adapters.uow import RunUnit
 from speechbatch.config import Settings
-from speechbatch.domain.editing import spoken_text
 from speechbatch.domain.lexicon import EMPTY, Lexicon
 from speechbatch.errors import BudgetExceeded, DatabaseUnavailable, Fenced
 from speechbatch.runner.gate import ProviderGate, Waiting
@@ -132,16 +131,18 @@ class Items:
 
     # 1. start
 
-    def start(self, run: Run, item_id: int, text: str, fingerprint: str) -> Started | None:
-        """Start the item (see the module's docstring); None when it is not to be sent
-        now (no longer startable, the budget refused it, the run began to stop)."""
+    def start(self, run: Run, item_id: int, spoken: str, fingerprint: str) -> Started | None:
+        """Start the item (see the module's docstring) to send ``spoken``, its spoken
+        text as the run's grouping computed it (an item's text cannot change while its
+        job is GENERATING: edits and restores are refused); None when it is not to be
+        sent now (no longer startable, the budget refused it, the run began to stop)."""
         waiting = Waiting(lambda reason, delta: self.count_waiting(run, reason, delta))
         try:
             while True:
                 mark = self.gate.mark(run.job_id)
                 try:
                     started = self.fenced_tx(
-                        run, lambda uow: self._start_tx(uow, run, item_id, text, fingerprint)
+                        run, lambda uow: self._start_tx(uow, run, item_id, spoken, fingerprint)
                     )
                 except NoSlot as refused:
                     if self.stop_waiting(run):
@@ -151,7 +152,7 @@ class Items:
                     self.gate.wait(mark, run.job_id, refused.at_share)
                     continue
                 except BudgetExceeded:
-                    stop_over_budget(self.tx, run, item_id, len(spoken_text(text, run.lexicon)))
+                    stop_over_budget(self.tx, run, item_id, len(spoken))
                     return None
                 if started is None:
                     self.fence(run)  # raises Fenced, or the item was not startable
@@ -162,13 +163,12 @@ class Items:
             waiting.done()
 
     def _start_tx(
-        self, uow: RunUnit, run: Run, item_id: int, text: str, fingerprint: str
+        self, uow: RunUnit, run: Run, item_id: int, spoken: str, fingerprint: str
     ) -> Started | None:
         lookup = None if run.regenerate else fingerprint
         started = uow.runs.start_item(run.job_id, run.attempt, item_id, reuse_fingerprint=lookup)
         if started is None:
             return None
-        spoken = spoken_text(started.text, run.lexicon)
         source = started.reusable_item_id
         if source is not None:
             reused = checked(uow, run, item_id, spoken, uow.runs.reuse_audio(

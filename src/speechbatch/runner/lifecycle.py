@@ -27,12 +27,13 @@ from speechbatch.adapters.uow import RunUnit, RunUowFactory
 from speechbatch.config import Settings
 from speechbatch.domain.editing import parse_options, spoken_text
 from speechbatch.domain.fingerprints import fingerprinter
-from speechbatch.domain.lexicon import Lexicon
+from speechbatch.domain.lexicon import Lexicon, LexiconTimeout
 from speechbatch.errors import Fenced
 from speechbatch.runner.call import Calls
 from speechbatch.runner.gate import ProviderGate
 from speechbatch.runner.heartbeat import WorkerIdentity
 from speechbatch.runner.item import Items, Run
+from speechbatch.runner.lexicon import fail_unspeakable
 from speechbatch.runner.loops import BackgroundLoop
 from speechbatch.runner.transactions import Transactions
 from speechbatch.services.lexicon import compiled_lexicon
@@ -49,7 +50,10 @@ class _Group:
     """Items of one run that ask the provider the same thing: sent once, then shared."""
 
     fingerprint: str
+    # (item id, spoken text): computed once, here; the start sends and bills it.
     items: list[tuple[int, str]]
+    # An item a rule runs out of time on: it ends ERROR with this message, unsent.
+    error: str | None = None
 
 
 def _plan(uow: RunUnit, run: Run) -> tuple[RunPlan, Lexicon]:
@@ -61,15 +65,20 @@ def _plan(uow: RunUnit, run: Run) -> tuple[RunPlan, Lexicon]:
 
 def _groups(provider: TTSProvider, run: Run, items: list[tuple[int, str]]) -> list[_Group]:
     """The run's items grouped by fingerprint (of their spoken text, with the rules the
-    run began with), in the order of each group's first item."""
+    run began with), in the order of each group's first item; an item a rule runs out
+    of time on is a group of its own, first, to be ended ERROR."""
     fingerprint = fingerprinter(provider)
     groups: dict[str, _Group] = {}
+    unspeakable: list[_Group] = []
     for item_id, text in items:
-        fp = fingerprint(
-            run.organization_id, run.voice, spoken_text(text, run.lexicon), run.options
-        )
-        groups.setdefault(fp, _Group(fp, [])).items.append((item_id, text))
-    return list(groups.values())
+        try:
+            spoken = spoken_text(text, run.lexicon)
+        except LexiconTimeout as exc:
+            unspeakable.append(_Group("", [(item_id, text)], error=str(exc)))
+            continue
+        fp = fingerprint(run.organization_id, run.voice, spoken, run.options)
+        groups.setdefault(fp, _Group(fp, [])).items.append((item_id, spoken))
+    return unspeakable + list(groups.values())
 
 
 class Background(Protocol):
@@ -262,20 +271,22 @@ class Runner:
         duplicate never waits on another thread, since one thread owns the group.
         """
         source: int | None = None
-        for item_id, text in group.items:
+        for item_id, spoken in group.items:
             if self._stopping(run):
                 run.left_items = True
                 return
+            if group.error is not None:
+                fail_unspeakable(self.items, run, item_id, group.error)
+                continue
             if source is None:
-                if self._process_item(run, item_id, text, group.fingerprint):
+                if self._process_item(run, item_id, spoken, group.fingerprint):
                     source = item_id
                 continue
-            spoken = spoken_text(text, run.lexicon)
             self.items.reuse_duplicate(run, item_id, source, group.fingerprint, spoken)
 
-    def _process_item(self, run: Run, item_id: int, text: str, fingerprint: str) -> bool:
+    def _process_item(self, run: Run, item_id: int, spoken: str, fingerprint: str) -> bool:
         """Start, call and finish one item; whether it ended DONE with audio."""
-        started = self.items.start(run, item_id, text, fingerprint)
+        started = self.items.start(run, item_id, spoken, fingerprint)
         if started is None:
             return False
         if started.reused_from is not None:

@@ -8,7 +8,6 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from speechbatch.adapters.providers.base import TTSProvider
 from speechbatch.adapters.repositories import UserRecord
 from speechbatch.adapters.repositories.edits import LockedJob
 from speechbatch.adapters.repositories.tables import audio_url, take_audio_url
@@ -19,13 +18,11 @@ from speechbatch.domain.editing import (
     clean_options,
     options_json,
     parse_options,
-    spoken_text,
 )
-from speechbatch.domain.fingerprints import fingerprinter
 from speechbatch.domain.statuses import JobStatus
 from speechbatch.errors import AlreadyGenerating, NotFound, ValidationError
 from speechbatch.services.jobs import MAX_ITEMS, Limits, validate_text
-from speechbatch.services.lexicon import compiled_lexicon
+from speechbatch.services.lexicon import compiled_lexicon, stale_now
 from speechbatch.services.ports import Storage
 
 log = logging.getLogger(__name__)
@@ -125,7 +122,6 @@ def take_audio_key(
 def restore_take(
     uow_factory: UowFactory,
     storage: Storage,
-    provider: TTSProvider,
     user: UserRecord,
     job_id: int,
     item_id: int,
@@ -133,23 +129,19 @@ def restore_take(
     keep: int,
 ) -> None:
     """Make a kept take the item's audio again, without a provider call: the item's text
-    becomes the take's and it is DONE (stale when the take answered another request
-    than the job would send now)."""
+    becomes the take's and it is DONE, stale when the stale pass would mark it so (the
+    take was made from another voice, options or spoken text than would be sent now)."""
     _kept_number(take)
     with uow_factory() as uow:
         job = _locked(uow, user, job_id)
-        kept = uow.edits.kept_take(job_id, item_id, take, keep)
-        if kept is None:
+        if uow.edits.kept_take(job_id, item_id, take, keep) is None:
             raise NotFound("no such take of this item")
-        fingerprint = fingerprinter(provider)(
-            job.organization_id,
-            job.voice,
-            spoken_text(kept.text, compiled_lexicon(uow.lexicon, job.organization_id)),
-            parse_options(job.options),
-        )
-        orphans = uow.edits.restore_take(
-            job_id, item_id, take, stale=kept.fingerprint != fingerprint
-        )
+        orphans = uow.edits.restore_take(job_id, item_id, take)
+        # The pass's own question and predicate: the next pass never undoes this mark.
+        restored = uow.lexicon.done_item(job_id, item_id)
+        rules = compiled_lexicon(uow.lexicon, job.organization_id)
+        if restored is not None and stale_now(restored, rules):
+            uow.lexicon.set_stale(job_id, [item_id], [])
         uow.edits.settle_job(job_id)
         uow.commit()
     for key in orphans:

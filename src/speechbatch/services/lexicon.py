@@ -13,6 +13,7 @@ from __future__ import annotations
 import logging
 import threading
 from collections.abc import Iterable
+from contextlib import closing
 from typing import Any
 
 from speechbatch.adapters.repositories import UserRecord
@@ -23,8 +24,8 @@ from speechbatch.adapters.repositories.lexicon import (
     PassClaim,
 )
 from speechbatch.adapters.uow import UowFactory
-from speechbatch.domain.lexicon import Lexicon, LexiconError, Rule, parse_rules
-from speechbatch.errors import InvalidRule, ValidationError
+from speechbatch.domain.lexicon import Lexicon, LexiconError, LexiconTimeout, Rule, parse_rules
+from speechbatch.errors import InvalidRule, RuleTimeout, ValidationError
 
 log = logging.getLogger(__name__)
 
@@ -105,24 +106,46 @@ def preview(uow_factory: UowFactory, user: UserRecord, body: Any) -> dict[str, A
         raise ValidationError(f"text must be a text of at most {MAX_PREVIEW:,} characters", "text")
     with uow_factory(read_only=True) as uow:
         lexicon = compiled_lexicon(uow.lexicon, user.organization_id)
-    return {"spoken_text": lexicon.apply(text)}
+    try:
+        return {"spoken_text": lexicon.apply(text)}
+    except LexiconTimeout as exc:
+        raise RuleTimeout(str(exc), field="text") from None
 
 
 def stale_now(item: DoneItem, lexicon: Lexicon) -> bool:
-    """The stale predicate: the take answered another text, voice or options than the
-    job has now, or another spoken text than the rules give now."""
-    return item.other_reason or item.take_spoken_text != lexicon.apply(item.text)
+    """The stale predicate, the one the stale pass and a restore both ask: the take
+    answered another text, voice or options than the job has now, or another spoken
+    text than the rules give now. A line on which a rule runs out of time is stale:
+    nothing shows that its audio says what would be sent (a run would end it ERROR)."""
+    if item.other_reason:
+        return True
+    try:
+        return item.take_spoken_text != lexicon.apply(item.text)
+    except LexiconTimeout as exc:
+        log.warning("marked stale: %s job=%s item=%s", exc, item.job_id, item.id)
+        return True
+
+
+def _would_be_stale(item: DoneItem, lexicon: Lexicon) -> bool:
+    """``stale_now`` for a dry run: a rule that runs out of time is the person's to
+    hear about before saving (RuleTimeout naming the rule and the line)."""
+    try:
+        return item.other_reason or item.take_spoken_text != lexicon.apply(item.text)
+    except LexiconTimeout as exc:
+        raise RuleTimeout(f"{exc} (job {item.job_id}, item {item.id})", field="rules") from None
 
 
 def impact(uow_factory: UowFactory, user: UserRecord, body: Any) -> dict[str, Any]:
     """What saving these rules would make stale (a dry run, nothing is written):
-    ``{"lines": N, "jobs": M}``, the DONE lines not stale now that would be."""
+    ``{"lines": N, "jobs": M}``, the DONE lines not stale now that would be; RuleTimeout
+    when a rule runs out of time on one of them."""
     lexicon = Lexicon.compile(_rules_of(body))
+    org = user.organization_id
     jobs: set[int] = set()
     lines = 0
-    with uow_factory(read_only=True) as uow:
-        for item in uow.lexicon.done_items(user.organization_id):
-            if not item.stale and stale_now(item, lexicon):
+    with uow_factory(read_only=True) as uow, closing(uow.lexicon.done_items(org)) as done:
+        for item in done:
+            if not item.stale and _would_be_stale(item, lexicon):
                 lines += 1
                 jobs.add(item.job_id)
     return {"lines": lines, "jobs": len(jobs)}

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import PurePosixPath
 from typing import Any
 
@@ -21,7 +21,7 @@ from speechbatch.adapters.uow import UowFactory
 from speechbatch.config import Settings
 from speechbatch.domain.editing import Selection, parse_options, spoken_text
 from speechbatch.domain.fingerprints import fingerprinter
-from speechbatch.domain.lexicon import Lexicon
+from speechbatch.domain.lexicon import Lexicon, LexiconTimeout
 from speechbatch.errors import BudgetExceeded, NotFound, NotGenerating, ValidationError
 from speechbatch.services.lexicon import compiled_lexicon
 from speechbatch.services.ports import RunControl, Storage
@@ -40,6 +40,8 @@ class CallPlan:
     characters: int
     reused_items: int
     smallest_call: int | None
+    # Items a lexicon rule runs out of time on: a run ends them ERROR, sending nothing.
+    lexicon_timeouts: int = 0
 
 
 def plan_calls(requests: Iterable[tuple[str, str]], existing: set[str]) -> CallPlan:
@@ -79,15 +81,20 @@ def _plan(
     options = parse_options(found.options)
     rows = _selected(found.rows, selection) if selection is not None else found.rows
     regenerate = regenerate or selection is not None
-    spoken = (
-        (r, spoken_text(r.text, lexicon)) for r in rows if regenerate or r.status != ItemStatus.DONE
-    )
-    requests = [
-        (text, fingerprint(user.organization_id, found.voice, text, options)) for r, text in spoken
-    ]
+    requests: list[tuple[str, str]] = []
+    timeouts = 0
+    for row in rows:
+        if not regenerate and row.status == ItemStatus.DONE:
+            continue
+        try:
+            text = spoken_text(row.text, lexicon)
+        except LexiconTimeout:
+            timeouts += 1  # as the run does: ended ERROR, not sent, not billed
+            continue
+        requests.append((text, fingerprint(user.organization_id, found.voice, text, options)))
     # Regenerate never reuses earlier audio; it only sends identical texts once.
     existing = set() if regenerate else repo.reusable_fingerprints(fp for _, fp in requests)
-    return plan_calls(requests, existing)
+    return replace(plan_calls(requests, existing), lexicon_timeouts=timeouts)
 
 
 def _selected(rows: list[Any], selection: Selection) -> list[Any]:
@@ -119,7 +126,8 @@ def estimate(
     selection: Selection | None = None,
 ) -> dict[str, Any]:
     """What Generate/Retry (or Regenerate, of every item or of a ``selection``) would do
-    now: calls, characters, reuse, price."""
+    now: calls, characters, reuse, price, and the items a lexicon rule runs out of time
+    on (``lexicon_timeouts``: a run would end them ERROR without a call)."""
     with uow_factory(read_only=True) as uow:
         plan = _plan(
             uow.spending, provider, user, job_id, regenerate=regenerate, selection=selection,
@@ -129,6 +137,7 @@ def estimate(
         "items": plan.calls,
         "characters": plan.characters,
         "reused_items": plan.reused_items,
+        "lexicon_timeouts": plan.lexicon_timeouts,
         "price": price(settings, plan.characters),
     }
 

@@ -65,7 +65,7 @@ def restore(job_id: int, item_id: int, take: int) -> Response:
     """Make a kept take the item's audio again, without a provider call."""
     s = services()
     editing.restore_take(
-        s.uow_factory, s.storage, s.provider, current(), job_id, item_id, take,
+        s.uow_factory, s.storage, current(), job_id, item_id, take,
         s.settings.takes_kept,
     )  # fmt: skip
     return _job(job_id)

@@ -60,7 +60,7 @@ def restore(job_id: int, item_id: int, take: int) -> Response:
     s = services()
     try:
         editing.restore_take(
-            s.uow_factory, s.storage, s.provider, current(), job_id, item_id, take,
+            s.uow_factory, s.storage, current(), job_id, item_id, take,
             s.settings.takes_kept,
         )  # fmt: skip
     except (Conflict, NotFound) as exc:

@@ -206,6 +206,7 @@ SCHEMAS: dict[str, Any] = {
             "items": {"type": "integer", "minimum": 0},
             "characters": {"type": "integer", "minimum": 0},
             "reused_items": {"type": "integer", "minimum": 0},
+            "lexicon_timeouts": {"type": "integer", "minimum": 0},
             "price": _nullable(
                 _obj({"amount": {"type": "number"}, "currency": {"type": "string"}})
             ),

@@ -86,6 +86,8 @@ def estimate_line(label: str, est: dict[str, Any]) -> str:
         text += f", about {cost}"
     if est["reused_items"]:
         text += f"; {est['reused_items']:,} will reuse audio"
+    if est.get("lexicon_timeouts"):
+        text += f"; {est['lexicon_timeouts']:,} will fail: a lexicon rule runs out of time"
     return text
 
 

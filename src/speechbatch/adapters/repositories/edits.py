@@ -35,10 +35,9 @@ class LockedJob:
 
 @dataclass(frozen=True)
 class KeptTake:
-    """What a restore needs of a kept take: its text and the request it answered."""
+    """A kept take a restore may make current: its text."""
 
     text: str
-    fingerprint: str | None
 
 
 class Edits(Protocol):
@@ -48,7 +47,7 @@ class Edits(Protocol):
     def item_ids(self, job_id: int, wanted: Sequence[int]) -> set[int]: ...
     def edit_item(self, job_id: int, item_id: int, text: str) -> str | None: ...
     def kept_take(self, job_id: int, item_id: int, take: int, keep: int) -> KeptTake | None: ...
-    def restore_take(self, job_id: int, item_id: int, take: int, *, stale: bool) -> list[str]: ...
+    def restore_take(self, job_id: int, item_id: int, take: int) -> list[str]: ...
     def set_voice_and_options(self, job_id: int, voice: str, options: str) -> None: ...
     def settle_job(self, job_id: int) -> None: ...
     def claim_selection(
@@ -134,7 +133,7 @@ class EditsRepository(TakeMoves):
         """A take of the job's item that is still kept (among its newest ``keep``)."""
         newest = select(func.max(takes.c.take)).where(takes.c.item_id == item_id).scalar_subquery()
         row = self.session.execute(
-            select(takes.c.text, takes.c.fingerprint)
+            select(takes.c.text)
             .join(items, items.c.id == takes.c.item_id)
             .where(
                 items.c.job_id == job_id,
@@ -143,12 +142,12 @@ class EditsRepository(TakeMoves):
                 takes.c.take > newest - keep,
             )
         ).first()
-        return None if row is None else KeptTake(row.text, row.fingerprint)
+        return None if row is None else KeptTake(row.text)
 
-    def restore_take(self, job_id: int, item_id: int, take: int, *, stale: bool) -> list[str]:
-        """Make a kept take the item's audio again (its text too): DONE, no call. Answers
-        the audio it replaced when nothing refers to it any more (normally none: it is
-        a kept take too)."""
+    def restore_take(self, job_id: int, item_id: int, take: int) -> list[str]:
+        """Make a kept take the item's audio again (its text too): DONE, no call, not
+        stale until the caller judges it (as the stale pass does). Answers the audio it
+        replaced when nothing refers to it any more (normally none: a kept take too)."""
 
         def of_take(column: Any) -> Any:
             return (
@@ -169,7 +168,7 @@ class EditsRepository(TakeMoves):
                 error_message=null(),
                 **{name: of_take(takes.c[name]) for name in AUDIO_COLUMNS},
                 current_take=take,
-                stale=stale,
+                stale=False,
                 updated_at=db_now(),
             )
             .returning(items.c.audio_path)

@@ -10,7 +10,7 @@ the chunk's read or wholly after its write.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Generator, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol, cast
 
@@ -104,8 +104,9 @@ class Lexicons(Protocol):
     def release_pass(self, claim: PassClaim) -> None: ...
     def job_ids(self, organization_id: int) -> list[int]: ...
     def lock_done_items(self, job_id: int, after: int, limit: int) -> list[DoneItem]: ...
+    def done_item(self, job_id: int, item_id: int) -> DoneItem | None: ...
     def set_stale(self, job_id: int, stale: Sequence[int], fresh: Sequence[int]) -> None: ...
-    def done_items(self, organization_id: int) -> Iterator[DoneItem]: ...
+    def done_items(self, organization_id: int) -> Generator[DoneItem, None, None]: ...
 
 
 class LexiconRepository:
@@ -306,6 +307,14 @@ class LexiconRepository:
         # An item whose take row is gone (none should be) is left as it is.
         return [_done_item(r) for r in rows if r.spoken_text is not None]
 
+    def done_item(self, job_id: int, item_id: int) -> DoneItem | None:
+        """One DONE item of the job, read as the stale pass reads them (None: not DONE
+        with a current take): a restore judges it by the pass's own predicate."""
+        row = self.session.execute(
+            _done_items(probe=True).where(items.c.job_id == job_id, items.c.id == item_id)
+        ).first()
+        return None if row is None or row.spoken_text is None else _done_item(row)
+
     def set_stale(self, job_id: int, stale: Sequence[int], fresh: Sequence[int]) -> None:
         """Mark ``stale`` items stale and ``fresh`` ones not (items of the locked job),
         and bump the job's version so its pages and ETags change."""
@@ -321,15 +330,19 @@ class LexiconRepository:
                 update(jobs).where(jobs.c.id == job_id).values(version=jobs.c.version + 1)
             )
 
-    def done_items(self, organization_id: int) -> Iterator[DoneItem]:
+    def done_items(self, organization_id: int) -> Generator[DoneItem, None, None]:
         """Every DONE item of the organization with a current take, streamed (a dry
-        run's count reads them in a reader)."""
+        run's count reads them in a reader); a caller that stops early closes the
+        iterator, which closes the stream's cursor."""
         result = self.session.execute(
             _done_items().where(jobs.c.organization_id == organization_id),
             execution_options={"yield_per": 5000},
         )
-        for row in result:
-            yield _done_item(row)
+        try:
+            for row in result:
+                yield _done_item(row)
+        finally:
+            result.close()
 
 
 _CURRENT_TAKE = (takes.c.item_id == items.c.id, takes.c.take == items.c.current_take)
