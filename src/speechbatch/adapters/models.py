@@ -172,16 +172,19 @@ class Item(Base):
         Index("ix_items_audio_path", "audio_path"),
         # NULL keys are distinct on both databases: only keyed items are unique in a job.
         Index("uq_items_job_id_key", "job_id", "key", unique=True),
-        # Stale and suspect filters and counts probe only the flagged items of a job.
+        # Stale and suspect filters and counts probe only the flagged items of a job
+        # (a page of them in position order reads its rows in order, up to its limit).
         Index(
             "ix_items_job_id_stale",
             "job_id",
+            "position",
             postgresql_where=text("stale"),
             sqlite_where=text("stale"),
         ),
         Index(
             "ix_items_job_id_suspect",
             "job_id",
+            "position",
             postgresql_where=text("suspect IS NOT NULL"),
             sqlite_where=text("suspect IS NOT NULL"),
         ),
