@@ -82,3 +82,31 @@ def test_the_stale_pass_finishes_with_such_lines_stale(
     # "Plain words." too: nothing shows that its audio says what would be sent now.
     assert stale_of(svc, admin, job_id) == [True, True, True]
     assert view(svc, admin, job_id)["progress"]["stale"] == 3
+
+
+def test_a_chunk_of_the_stale_pass_stops_at_its_time_and_the_pass_goes_on(
+    svc: Services, admin: UserRecord, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A chunk whose lines take long (rules running out of time on each) stops judging
+    at CHUNK_SECONDS and writes what it judged; the next chunk goes on from there, so no
+    chunk outlasts the pass's lease and every line is marked."""
+    job_id = job_of(svc, admin, TEXTS)
+    run(svc, admin, job_id)
+    monkeypatch.setattr(lexicon_module, "APPLY_SECONDS", 0.0)
+    monkeypatch.setattr(lexicon, "CHUNK_SECONDS", 0.0)
+    judged: list[int] = []
+    split = lexicon.split
+
+    def counted(*args: object, **kwargs: object) -> tuple[list[int], list[int], int]:
+        answer = split(*args, **kwargs)  # type: ignore[arg-type]
+        judged.append(answer[2])
+        return answer
+
+    monkeypatch.setattr(lexicon, "split", counted)
+    with svc.uow_factory() as uow:  # a PUT without the background pass
+        uow.lexicon.replace_rules(admin.organization_id, lexicon.parse_rules([SQL]))
+        uow.commit()
+    assert lexicon.run_due_passes(svc.uow_factory) == 1
+    assert judged[:3] == [1, 1, 1] and sum(judged) == 3, judged
+    assert stale_of(svc, admin, job_id) == [True, True, True]
+    assert lexicon.get_lexicon(svc.uow_factory, admin)["stale_pass"] == "done"

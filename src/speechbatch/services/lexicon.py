@@ -11,7 +11,9 @@ due, so the marks always end up answering the newest rules.
 from __future__ import annotations
 
 import logging
+import math
 import threading
+import time
 from collections.abc import Iterable
 from contextlib import closing
 from typing import Any
@@ -34,6 +36,9 @@ log = logging.getLogger(__name__)
 PASS_LEASE_SECONDS = 30.0
 # DONE items per chunk: one short transaction under the job row's shared lock.
 CHUNK = 2000
+# A chunk stops judging after this long and writes what it judged: lines that rules run
+# out of time on (up to APPLY_SECONDS each) never make one chunk outlast the lease.
+CHUNK_SECONDS = PASS_LEASE_SECONDS / 3
 MAX_PREVIEW = 100_000
 
 _cache: dict[tuple[int, LexiconStamp], Lexicon] = {}
@@ -151,15 +156,22 @@ def impact(uow_factory: UowFactory, user: UserRecord, body: Any) -> dict[str, An
     return {"lines": lines, "jobs": len(jobs)}
 
 
-def split(rows: Iterable[DoneItem], lexicon: Lexicon) -> tuple[list[int], list[int]]:
-    """The ids whose stale flag must change: (to become stale, to become fresh)."""
+def split(
+    rows: Iterable[DoneItem], lexicon: Lexicon, deadline: float = math.inf
+) -> tuple[list[int], list[int], int]:
+    """The ids whose stale flag must change: (to become stale, to become fresh), and how
+    many rows were judged: at least one, then until ``deadline`` (``time.monotonic()``)."""
     stale: list[int] = []
     fresh: list[int] = []
+    judged = 0
     for item in rows:
+        if judged and time.monotonic() > deadline:
+            break
         now = stale_now(item, lexicon)
         if now != item.stale:
             (stale if now else fresh).append(item.id)
-    return stale, fresh
+        judged += 1
+    return stale, fresh, judged
 
 
 def _mark_job(uow_factory: UowFactory, claim: PassClaim, lexicon: Lexicon, job_id: int) -> bool:
@@ -170,12 +182,12 @@ def _mark_job(uow_factory: UowFactory, claim: PassClaim, lexicon: Lexicon, job_i
             if not uow.lexicon.renew_pass(claim, PASS_LEASE_SECONDS):
                 return False
             rows = uow.lexicon.lock_done_items(job_id, after, CHUNK)
-            stale, fresh = split(rows, lexicon)
+            stale, fresh, judged = split(rows, lexicon, time.monotonic() + CHUNK_SECONDS)
             uow.lexicon.set_stale(job_id, stale, fresh)
             uow.commit()
-        if len(rows) < CHUNK:
+        if judged == len(rows) < CHUNK:
             return True
-        after = rows[-1].position
+        after = rows[judged - 1].position
 
 
 def stale_pass(uow_factory: UowFactory, claim: PassClaim) -> bool:
