@@ -11,7 +11,6 @@ due, so the marks always end up answering the newest rules.
 from __future__ import annotations
 
 import logging
-import math
 import threading
 import time
 from collections.abc import Iterable
@@ -122,20 +121,24 @@ def stale_now(item: DoneItem, lexicon: Lexicon) -> bool:
     answered another text, voice or options than the job has now, or another spoken
     text than the rules give now. A line on which a rule runs out of time is stale:
     nothing shows that its audio says what would be sent (a run would end it ERROR)."""
-    if item.other_reason:
-        return True
     try:
-        return item.take_spoken_text != lexicon.apply(item.text)
+        return _differs(item, lexicon)
     except LexiconTimeout as exc:
         log.warning("marked stale: %s job=%s item=%s", exc, item.job_id, item.id)
         return True
+
+
+def _differs(item: DoneItem, lexicon: Lexicon) -> bool:
+    """Whether the take answered another request than the job and the rules give now
+    (raises LexiconTimeout when a rule runs out of time on the line)."""
+    return item.other_reason or item.take_spoken_text != lexicon.apply(item.text)
 
 
 def _would_be_stale(item: DoneItem, lexicon: Lexicon) -> bool:
     """``stale_now`` for a dry run: a rule that runs out of time is the person's to
     hear about before saving (RuleTimeout naming the rule and the line)."""
     try:
-        return item.other_reason or item.take_spoken_text != lexicon.apply(item.text)
+        return _differs(item, lexicon)
     except LexiconTimeout as exc:
         raise RuleTimeout(f"{exc} (job {item.job_id}, item {item.id})", field="rules") from None
 
@@ -157,7 +160,7 @@ def impact(uow_factory: UowFactory, user: UserRecord, body: Any) -> dict[str, An
 
 
 def split(
-    rows: Iterable[DoneItem], lexicon: Lexicon, deadline: float = math.inf
+    rows: Iterable[DoneItem], lexicon: Lexicon, deadline: float
 ) -> tuple[list[int], list[int], int]:
     """The ids whose stale flag must change: (to become stale, to become fresh), and how
     many rows were judged: at least one, then until ``deadline`` (``time.monotonic()``)."""

@@ -60,9 +60,8 @@ def counter_deltas(
 
 
 def _done_update() -> Update:
-    """A GENERATING item to DONE with its audio and measurement (bound parameters named
-    after the columns)."""
-    # Named apart from the columns: an UPDATE keeps the columns' names for its SET.
+    """A GENERATING item to DONE with its audio and measurement (bound as ``new_`` and
+    the column's name: an UPDATE keeps the columns' own names for its SET)."""
     done = {name: bindparam(f"new_{name}", type_=items.c[name].type) for name in _DONE_VALUES}
     return (
         update(items)

@@ -91,6 +91,10 @@ class ItemMoves(TakeMoves):
         """
         return self._fence(job_id, attempt, STAMP) is not None
 
+    @property
+    def _dialect(self) -> str:
+        return self.session.get_bind().dialect.name
+
     def _fence(self, job_id: int, attempt: int, fence: Update, item_id: int = 0) -> Any:
         """Run ``fence`` (built by ``fence_update``) for the run's attempt and the item:
         its RETURNING row (its extra columns after the job's id), or None when fenced."""
@@ -112,8 +116,7 @@ class ItemMoves(TakeMoves):
         With ``reuse_fingerprint``, the same statement looks up the newest finished audio
         of that fingerprint (one index probe) and names its item in the answer.
         """
-        dialect = self.session.get_bind().dialect.name
-        fence = moving_fence(STARTABLE, ItemStatus.GENERATING, dialect)
+        fence = moving_fence(STARTABLE, ItemStatus.GENERATING, self._dialect)
         fenced = self._fence(job_id, attempt, fence, item_id)
         if fenced is None:
             return None
@@ -208,8 +211,7 @@ class ItemMoves(TakeMoves):
         """
         if error_message is not None:
             return self._finish_error(job_id, attempt, item_id, error_message)
-        dialect = self.session.get_bind().dialect.name
-        fence = moving_fence(GENERATING_ONLY, ItemStatus.DONE, dialect)
+        fence = moving_fence(GENERATING_ONLY, ItemStatus.DONE, self._dialect)
         if not self._fence(job_id, attempt, fence, item_id):
             return FinishedItem(won=False)
         done = {"audio_path": audio_path, "audio_bytes": audio_bytes, "fingerprint": fingerprint,
@@ -243,7 +245,7 @@ class ItemMoves(TakeMoves):
             job_id,
             attempt,
             item_id,
-            moving_fence(GENERATING_ONLY, status, self.session.get_bind().dialect.name),
+            moving_fence(GENERATING_ONLY, status, self._dialect),
             update(items)
             .where(items.c.status == ItemStatus.GENERATING)
             .values(status=status, updated_at=db_now(), **values)
