@@ -36,6 +36,7 @@ from speechbatch.config import Settings
 from speechbatch.domain.statuses import ExportStatus
 from speechbatch.errors import DatabaseUnavailable, ExportInProgress, LockHeld, NotFound
 from speechbatch.services.export_events import export_view, record_export_event
+from speechbatch.services.lock_lease import LeaseLost, LockLease
 from speechbatch.services.ports import Storage
 
 log = logging.getLogger(__name__)
@@ -199,10 +200,6 @@ class ExportTask:
     deployment: str = ""
 
 
-class _LockLost(Exception):
-    """The grant expired, passed on, or the export was declared dead."""
-
-
 class ExportBuilder:
     """Builds one export's ZIP in a background thread while renewing its lock."""
 
@@ -210,8 +207,13 @@ class ExportBuilder:
         self._uow_factory = uow_factory
         self._storage = storage
         self.task = task
-        self.renew_every = task.ttl_seconds / 3
-        self._next_renew = time.monotonic() + self.renew_every
+        self.lease = LockLease(
+            uow_factory,
+            task.lock_id,
+            task.holder,
+            task.ttl_seconds,
+            still_running=lambda uow: uow.exports.is_running(task.export_id, task.lock_id),
+        )
         self.done = threading.Event()
 
     def start(self) -> None:
@@ -226,9 +228,9 @@ class ExportBuilder:
         task = self.task
         try:
             self._build()
-        except _LockLost:
+        except LeaseLost:
             log.warning("export fenced export=%s lock=%s: stopped", task.export_id, task.lock_id)
-            self._release_quietly()
+            self.lease.release_quietly()
         except Exception as exc:
             log.exception("export failed export=%s", task.export_id)
             self._fail(f"export failed: {exc}")
@@ -240,7 +242,7 @@ class ExportBuilder:
         with self._uow_factory(read_only=True) as uow:
             audio = uow.exports.done_audio(task.organization_id)
         key = export_key(task.organization_id, task.export_id)
-        self._renew()
+        self.lease.renew()
         # Built in a local temporary file (deleted on close), then handed to the storage
         # whole: a folder renames it into place, a bucket uploads it in parts.
         scratch = scratch_dir()
@@ -253,7 +255,7 @@ class ExportBuilder:
             count = self._write_zip(f, audio)
             f.flush()
             # Publish only while the grant is still ours (and for a full lease more).
-            self._renew(force=True)
+            self.lease.renew(force=True)
             self._storage.write_file(key, Path(f.name))
         try:
             with self._uow_factory() as uow:
@@ -267,7 +269,7 @@ class ExportBuilder:
         if not won:
             # Our export was declared dead meanwhile; the archive is nobody's.
             self._storage.delete(key)
-            raise _LockLost()
+            raise LeaseLost()
         log.info("export completed export=%s files=%s", task.export_id, count)
 
     def _write_zip(self, f: Any, audio: list[DoneAudio]) -> int:
@@ -277,7 +279,7 @@ class ExportBuilder:
         count = 0
         with zipfile.ZipFile(f, "w") as zf:
             for entry in audio:
-                self._renew()
+                self.lease.renew()
                 name = archive_name(entry)
                 try:
                     source = self._storage.open(entry.audio_path)
@@ -294,7 +296,7 @@ class ExportBuilder:
                         digest.update(chunk)
                         size += len(chunk)
                         out.write(chunk)
-                        self._renew()
+                        self.lease.renew()
                 row = (
                     entry.job_id,
                     spreadsheet_safe(entry.job_title),
@@ -308,30 +310,6 @@ class ExportBuilder:
             zf.writestr(MANIFEST_NAME, manifest.getvalue(), compress_type=zipfile.ZIP_DEFLATED)
         return count
 
-    def _renew(self, *, force: bool = False) -> None:
-        """Renew the grant when a third of the lease has passed; raise _LockLost if it is gone.
-
-        A database blip is retried soon: the lease has two more thirds to run.
-        """
-        now = time.monotonic()
-        if not force and now < self._next_renew:
-            return
-        task = self.task
-        try:
-            with self._uow_factory() as uow:
-                won = uow.locks.renew(
-                    task.lock_id, task.holder, task.ttl_seconds
-                ) and uow.exports.is_running(task.export_id, task.lock_id)
-                if won:
-                    uow.commit()
-        except DatabaseUnavailable:
-            log.warning("export %s could not renew its lock", task.export_id, exc_info=True)
-            self._next_renew = now + min(1.0, self.renew_every / 3)
-            return
-        if not won:
-            raise _LockLost()
-        self._next_renew = now + self.renew_every
-
     def _fail(self, message: str) -> None:
         task = self.task
         try:
@@ -343,15 +321,6 @@ class ExportBuilder:
         except Exception:
             # Recovery finds it once the lease has run out.
             log.exception("could not record the failure of export %s", task.export_id)
-
-    def _release_quietly(self) -> None:
-        """Release our own grant if still unreleased; the id never touches another one."""
-        try:
-            with self._uow_factory() as uow:
-                uow.locks.release(self.task.lock_id)
-                uow.commit()
-        except Exception:
-            log.exception("could not release lock %s", self.task.lock_id)
 
 
 def scratch_dir() -> Path:
