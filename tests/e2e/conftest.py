@@ -14,6 +14,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from sqlalchemy import Engine, create_engine
+from sqlalchemy.pool import NullPool
 
 from tests.support.fake_provider import FakeProvider
 from tests.support.server import (
@@ -127,6 +129,14 @@ def app_database(
 def app_database_url(app_database: tuple[str, str]) -> str:
     """The URL of this test's fresh database."""
     return app_database[0]
+
+
+@pytest.fixture
+def db(app_database_url: str) -> Iterator[Engine]:
+    """A plain connection to the app's database, to watch (and age) its rows."""
+    engine = create_engine(app_database_url, poolclass=NullPool)
+    yield engine
+    engine.dispose()
 
 
 @pytest.fixture

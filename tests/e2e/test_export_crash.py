@@ -17,8 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from sqlalchemy import Engine, create_engine, select, text, update
-from sqlalchemy.pool import NullPool
+from sqlalchemy import Engine, select, text, update
 
 from speechbatch.adapters.db import later
 from speechbatch.adapters.repositories.job_locks import job_locks
@@ -31,14 +30,6 @@ LOCK_TTL_SECONDS = 6.0
 READ_DELAY_SECONDS = 0.4
 ITEMS = 16
 RECOVERED_MESSAGE = "auto-recovered: export holder stopped renewing its lock"
-
-
-@pytest.fixture
-def db(app_database_url: str) -> Iterator[Engine]:
-    """A plain read connection to the app's database, to watch the lock rows."""
-    engine = create_engine(app_database_url, poolclass=NullPool)
-    yield engine
-    engine.dispose()
 
 
 @pytest.fixture

@@ -5,14 +5,13 @@ nothing wider than the screen. Screenshots go to $SPEECHBATCH_SCREENSHOT_DIR."""
 from __future__ import annotations
 
 from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
-from playwright.sync_api import Browser, Page, expect
+from playwright.sync_api import Browser, expect
 
 from tests.e2e.test_browser import browser as browser  # the module's Chromium fixture
-from tests.support.browser import DESKTOP, PHONE, SCREENSHOTS, new_tab, sign_in
-from tests.support.server import GunicornServer, app_env, bootstrap, sqlite_url
+from tests.support.browser import DESKTOP, PHONE, SCREENSHOTS, assert_fits, new_tab, sign_in
+from tests.support.server import GunicornServer, page_server
 
 pytestmark = pytest.mark.e2e
 
@@ -20,16 +19,8 @@ pytestmark = pytest.mark.e2e
 @pytest.fixture(scope="module")
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[GunicornServer]:
     """gunicorn wsgi:app on SQLite (its provider is never called here)."""
-    tmp: Path = tmp_path_factory.mktemp("lexicon-page")
-    env = app_env(sqlite_url(tmp), "http://127.0.0.1:9/v1", tmp / "audio")
-    bootstrap(env)
-    with GunicornServer(env, tmp, workers=1, threads=4, name="lexicon-page") as app:
+    with page_server(tmp_path_factory.mktemp("lexicon-page"), "lexicon-page") as (app, _):
         yield app
-
-
-def _fits(page: Page) -> None:
-    wide = page.evaluate("document.documentElement.scrollWidth > window.innerWidth")
-    assert not wide, f"{page.url} scrolls sideways"
 
 
 @pytest.mark.parametrize("width", [DESKTOP, PHONE])
@@ -47,7 +38,7 @@ def test_write_check_save_and_preview_rules_by_keyboard(
         expect(page.locator("button[value='check']")).to_be_focused()
         page.keyboard.press("Enter")
         expect(page.locator("#lexicon-impact")).to_contain_text("0 lines in 0 jobs")
-        _fits(page)
+        assert_fits(page)
         page.screenshot(path=str(SCREENSHOTS / f"lexicon-check-{width}.png"), full_page=True)
         page.locator("button[value='save']").focus()
         page.keyboard.press("Enter")
@@ -65,5 +56,5 @@ def test_write_check_save_and_preview_rules_by_keyboard(
         page.click("button[value='check']")
         expect(page.locator("#lexicon-error")).to_contain_text("rule 1")
         assert "Rule(" not in page.content()
-        _fits(page)
+        assert_fits(page)
         page.screenshot(path=str(SCREENSHOTS / f"lexicon-{width}.png"), full_page=True)

@@ -19,7 +19,7 @@ import pytest
 import requests
 from playwright.sync_api import Browser, FloatRect, Page, expect
 
-from tests.support.browser import DESKTOP, PHONE, SCREENSHOTS, launch, new_tab, sign_in
+from tests.support.browser import DESKTOP, PHONE, SCREENSHOTS, fits, launch, new_tab, sign_in
 from tests.support.fake_provider import FakeProvider
 from tests.support.server import ApiClient, GunicornServer, app_env, bootstrap, cli, sqlite_url
 
@@ -209,11 +209,6 @@ def pages_of(site: Site) -> dict[str, str]:
         "exports": "/exports",
         "not-found": "/jobs/999999",
     }
-
-
-def fits(page: Page) -> bool:
-    """Whether the page is no wider than the window (no sideways scrolling)."""
-    return bool(page.evaluate("document.documentElement.scrollWidth <= window.innerWidth"))
 
 
 def check_page(page: Page, name: str, width: int) -> list[str]:

@@ -16,8 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from sqlalchemy import Engine, create_engine, select, update
-from sqlalchemy.pool import NullPool
+from sqlalchemy import Engine, select, update
 
 from speechbatch.adapters.db import later
 from speechbatch.adapters.repositories.job_locks import job_locks
@@ -30,14 +29,6 @@ LOCK_TTL_SECONDS = 6.0
 READ_DELAY_SECONDS = 0.3
 ITEMS = [f"Sentence number {n} of the book that crashes." for n in range(1, 13)]
 RECOVERED_MESSAGE = "auto-recovered: render holder stopped renewing its lock"
-
-
-@pytest.fixture
-def db(app_database_url: str) -> Iterator[Engine]:
-    """A plain connection to the app's database, to watch and age the lock rows."""
-    engine = create_engine(app_database_url, poolclass=NullPool)
-    yield engine
-    engine.dispose()
 
 
 @pytest.fixture

@@ -18,14 +18,8 @@ import pytest
 import requests
 from playwright.sync_api import Browser, Locator, Page, expect
 
-from tests.support.browser import PHONE, SCREENSHOTS, launch, new_tab, sign_in
-from tests.support.server import (
-    ApiClient,
-    GunicornServer,
-    app_env,
-    bootstrap,
-    sqlite_url,
-)
+from tests.support.browser import PHONE, SCREENSHOTS, assert_fits, launch, new_tab, sign_in
+from tests.support.server import ApiClient, GunicornServer, page_server
 
 # Three chapters: a heading of level 1 or 2 starts one, and is its first item.
 DOCUMENT = """# The beginning
@@ -47,17 +41,11 @@ TITLES = ["The beginning", "The middle", "The end"]
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[GunicornServer, str, Path]]:
     """gunicorn wsgi:app on SQLite with espeak; its API token and its database folder."""
     tmp = tmp_path_factory.mktemp("render-page")
-    env = app_env(
-        sqlite_url(tmp), "http://127.0.0.1:9/v1", tmp / "audio",
-        TTS_PROVIDER="espeak", TTS_VOICES="en-us", TTS_TIMEOUT_SECONDS=30, LEASE_SECONDS=120,
-    )  # fmt: skip
-    token = bootstrap(env)
-    app = GunicornServer(env, tmp, workers=1, threads=4, name="render-page")
-    app.start()
-    try:
+    espeak: dict[str, str | int] = {
+        "TTS_PROVIDER": "espeak", "TTS_VOICES": "en-us", "TTS_TIMEOUT_SECONDS": 30,
+    }  # fmt: skip
+    with page_server(tmp, "render-page", **espeak, LEASE_SECONDS=120) as (app, token):
         yield app, token, tmp
-    finally:
-        app.stop(graceful=False)
 
 
 @pytest.fixture(scope="module")
@@ -186,5 +174,5 @@ def test_render_from_the_job_page_plays_seeks_and_downloads(
         page.screenshot(path=str(SCREENSHOTS / "job-chapters-390.png"), full_page=True)
         page.goto(f"/jobs/{job_id}#renders")
         expect(page.locator("#renders-list tbody tr")).to_have_count(1)
-        assert page.evaluate("document.documentElement.scrollWidth <= window.innerWidth")
+        assert_fits(page)
         page.screenshot(path=str(SCREENSHOTS / "job-renders-390.png"), full_page=True)

@@ -7,14 +7,13 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
-from playwright.sync_api import Browser, Page, expect
+from playwright.sync_api import Browser, expect
 
 from tests.e2e.test_browser import browser as browser  # the module's Chromium fixture
-from tests.support.browser import DESKTOP, PHONE, SCREENSHOTS, new_tab, sign_in
-from tests.support.server import GunicornServer, app_env, bootstrap, sqlite_url
+from tests.support.browser import DESKTOP, PHONE, SCREENSHOTS, assert_fits, new_tab, sign_in
+from tests.support.server import GunicornServer, page_server
 from tests.support.webhook_receiver import Receiver
 
 pytestmark = pytest.mark.e2e
@@ -23,16 +22,8 @@ pytestmark = pytest.mark.e2e
 @pytest.fixture(scope="module")
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[GunicornServer]:
     """gunicorn wsgi:app on SQLite (its provider is never called here)."""
-    tmp: Path = tmp_path_factory.mktemp("webhooks-page")
-    env = app_env(sqlite_url(tmp), "http://127.0.0.1:9/v1", tmp / "audio")
-    bootstrap(env)
-    with GunicornServer(env, tmp, workers=1, threads=4, name="webhooks-page") as app:
+    with page_server(tmp_path_factory.mktemp("webhooks-page"), "webhooks-page") as (app, _):
         yield app
-
-
-def _fits(page: Page) -> None:
-    wide = page.evaluate("document.documentElement.scrollWidth > window.innerWidth")
-    assert not wide, f"{page.url} scrolls sideways"
 
 
 @pytest.mark.parametrize("width", [DESKTOP, PHONE])
@@ -52,7 +43,7 @@ def test_add_ping_and_disable_a_webhook(
             secret = page.locator("#new-webhook .token-secret").inner_text()
             assert secret.startswith("whsec_")
             receiver.secret = secret
-            _fits(page)
+            assert_fits(page)
             page.screenshot(path=str(SCREENSHOTS / f"webhooks-{width}.png"), full_page=True)
             page.goto("/webhooks")
             expect(page.locator("#new-webhook")).to_have_count(0)  # shown once
@@ -66,7 +57,7 @@ def test_add_ping_and_disable_a_webhook(
                 page.reload()
             expect(page.locator(".deliveries .badge-delivered")).to_have_count(1)
             assert receiver.count() == 1 and receiver.received[0].verified
-            _fits(page)
+            assert_fits(page)
             page.screenshot(path=str(SCREENSHOTS / f"webhook-{width}.png"), full_page=True)
             page.click("button:has-text('Disable')")
             expect(page.locator(".meta .badge")).to_have_text("DISABLED")
@@ -87,7 +78,7 @@ def test_a_new_token_shows_the_same_shown_once_block(
         expect(block).to_have_attribute("role", "status")
         expect(block).to_contain_text("Copy it now: it is shown this once.")
         assert page.locator("#new-token .token-secret").inner_text().startswith("sb_")
-        _fits(page)
+        assert_fits(page)
         page.screenshot(path=str(SCREENSHOTS / f"tokens-new-{width}.png"), full_page=True)
         page.goto("/tokens")
         expect(page.locator("#new-token")).to_have_count(0)  # shown once

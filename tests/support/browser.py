@@ -156,3 +156,13 @@ def wait_until(page: Page, condition: Callable[[], bool], timeout: float, what: 
         if time.monotonic() > deadline:
             raise AssertionError(f"not within {timeout:g} s: {what}")
         page.wait_for_timeout(200)
+
+
+def fits(page: Page) -> bool:
+    """Whether the page is no wider than the window (no sideways scrolling)."""
+    return bool(page.evaluate("document.documentElement.scrollWidth <= window.innerWidth"))
+
+
+def assert_fits(page: Page) -> None:
+    """Fail when the page scrolls sideways."""
+    assert fits(page), f"{page.url} scrolls sideways"

@@ -28,17 +28,18 @@ import sqlite3
 import subprocess
 import time
 import uuid
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from types import TracebackType
-from typing import IO, Any, TypeVar, cast
+from typing import Any, TypeVar, cast
 
 import psycopg
 import requests
 
+from tests.support.processes import REPO_ROOT, LoggedProcess
+
 T = TypeVar("T")
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
 # The quick start's lines that people and tests read the demo admin and token from.
 SIGN_IN_LINE = re.compile(r"^\s*sign in\s*:\s*(\S+)\s*/\s*(\S+)\s*$", re.MULTILINE)
 API_TOKEN_LINE = re.compile(r"^\s*API token\s*:\s*(\S+)\s*$", re.MULTILINE)
@@ -67,6 +68,8 @@ PAUSE_MARKER = "[pause-point]"
 PAUSED_FILE = "paused"
 RELEASE_FILE = "release"
 
+# A provider address nothing listens on, for servers whose provider is never called.
+UNREACHABLE_PROVIDER = "http://127.0.0.1:9/v1"
 ADMIN_ORG = "acme"
 ADMIN_EMAIL = "a@example.com"
 ADMIN_PASSWORD = "pw-123456"
@@ -313,7 +316,7 @@ def _sqlite_write_lock_free(path: str) -> bool:
         connection.close()
 
 
-class GunicornServer:
+class GunicornServer(LoggedProcess):
     """``gunicorn wsgi:app`` from the repository root, in its own process group.
 
     ``start()`` waits for ``GET /healthz`` == 200 and for every worker to be forked.
@@ -336,31 +339,21 @@ class GunicornServer:
         extra_args: tuple[str, ...] = (),
         app: str = "wsgi:app",
     ) -> None:
-        self.env = dict(env)
+        port = port or free_port()
+        super().__init__(env, log_dir / f"{name}-{port}.log", name)
         self.app = app
         self.workers = workers
         self.threads = threads
-        self.port = port or free_port()
-        self.name = name
+        self.port = port
         self.graceful_timeout = graceful_timeout
         self.timeout = timeout
         self.extra_args = extra_args
-        self.log_path = log_dir / f"{name}-{self.port}.log"
-        self.proc: subprocess.Popen[bytes] | None = None
-        self._log: IO[bytes] | None = None
 
     # -- lifecycle ----------------------------------------------------------------------------
     @property
     def base_url(self) -> str:
         """``http://127.0.0.1:PORT``."""
         return f"http://127.0.0.1:{self.port}"
-
-    @property
-    def pid(self) -> int:
-        """The master's PID (also the process group id)."""
-        if self.proc is None:
-            raise RuntimeError(f"{self.name} was never started")
-        return self.proc.pid
 
     def command(self) -> list[str]:
         """The gunicorn command line."""
@@ -384,19 +377,7 @@ class GunicornServer:
         """Spawn the server and wait until it is healthy with all workers forked."""
         if self.proc is not None and self.proc.poll() is None:
             raise RuntimeError(f"{self.name} is already running")
-        self._close_log()
-        self._log = self.log_path.open("ab")
-        self._log.write(f"\n===== start {' '.join(self.command())}\n".encode())
-        self._log.flush()
-        self.proc = subprocess.Popen(
-            self.command(),
-            cwd=REPO_ROOT,
-            env=self.env,
-            stdin=subprocess.DEVNULL,
-            stdout=self._log,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-        )
+        self.spawn(self.command())
         try:
             self.wait_healthy(timeout)
             # Every worker ready, not only forked: healthz answered from the first one up,
@@ -432,20 +413,6 @@ class GunicornServer:
                 raise AssertionError(f"{self.name} not healthy within {timeout:g} s ({last})")
             time.sleep(0.1)
 
-    @property
-    def alive(self) -> bool:
-        """Whether the master is still running."""
-        return self.proc is not None and self.proc.poll() is None
-
-    def wait_exit(self, timeout: float) -> int | None:
-        """The master's exit code, or None if it is still running after ``timeout``."""
-        if self.proc is None:
-            return None
-        try:
-            return self.proc.wait(timeout)
-        except subprocess.TimeoutExpired:
-            return None
-
     def stop(self, *, graceful: bool = True, timeout: float | None = None) -> int | None:
         """Stop the server; SIGKILL the whole group if a graceful stop does not finish.
 
@@ -469,11 +436,6 @@ class GunicornServer:
         finally:
             self._close_log()
         return self.proc.returncode
-
-    def _close_log(self) -> None:
-        if self._log is not None:
-            self._log.close()
-            self._log = None
 
     def __enter__(self) -> GunicornServer:
         return self.start()
@@ -512,11 +474,6 @@ class GunicornServer:
             return pids
 
         return wait_until(fresh, timeout, what=f"{self.name}: fresh workers")
-
-    def kill(self, sig: int) -> None:
-        """Send ``sig`` to the master only."""
-        with contextlib.suppress(ProcessLookupError):
-            os.kill(self.pid, sig)
 
     def signal_group(self, sig: int) -> None:
         """Send ``sig`` to the master and every worker (the whole process group)."""
@@ -567,15 +524,18 @@ class GunicornServer:
                 os.kill(pid, sig)
         return pids
 
-    # -- log ----------------------------------------------------------------------------------
-    def log_text(self, tail: int = 20_000) -> str:
-        """The last ``tail`` characters of the server's combined stdout/stderr."""
-        if self._log is not None:
-            self._log.flush()
-        try:
-            return self.log_path.read_text(errors="replace")[-tail:]
-        except FileNotFoundError:
-            return ""
+
+@contextlib.contextmanager
+def page_server(
+    directory: Path, name: str, **env: str | float | int
+) -> Iterator[tuple[GunicornServer, str]]:
+    """gunicorn wsgi:app (one worker) on a new SQLite database in ``directory``, for a
+    page's browser test: the server and its admin's API token. Its OpenAI-style provider
+    is unreachable; ``env`` adds settings (``TTS_PROVIDER="espeak"`` for audio)."""
+    settings = app_env(sqlite_url(directory), UNREACHABLE_PROVIDER, directory / "audio", **env)
+    token = bootstrap(settings)
+    with GunicornServer(settings, directory, workers=1, threads=4, name=name) as app:
+        yield app, token
 
 
 # --------------------------------------------------------------------------------------------

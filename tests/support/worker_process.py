@@ -7,17 +7,13 @@ in its own session (process group), so a signal reaches it alone.
 
 from __future__ import annotations
 
-import contextlib
-import os
 import re
 import signal
-import subprocess
 from collections.abc import Mapping
 from pathlib import Path
-from typing import IO
 
+from tests.support.processes import LoggedProcess
 from tests.support.server import (
-    REPO_ROOT,
     VENV_BIN,
     pid_alive,
     threads_stopped,
@@ -29,7 +25,7 @@ WORKER_READY_LINE = "speechbatch worker serving"
 TOOK_LINE = re.compile(r"worker took job=(\d+) attempt=(\d+)")
 
 
-class WorkerProcess:
+class WorkerProcess(LoggedProcess):
     """``flask --app wsgi worker`` from the repository root, with its log in a file."""
 
     def __init__(
@@ -40,19 +36,8 @@ class WorkerProcess:
         name: str = "worker",
         graceful_timeout: float = 10.0,
     ) -> None:
-        self.env = {**env, "SPEECHBATCH_RUNNER": "worker"}
-        self.name = name
+        super().__init__({**env, "SPEECHBATCH_RUNNER": "worker"}, log_dir / f"{name}.log", name)
         self.graceful_timeout = graceful_timeout
-        self.log_path = log_dir / f"{name}.log"
-        self.proc: subprocess.Popen[bytes] | None = None
-        self._log: IO[bytes] | None = None
-
-    @property
-    def pid(self) -> int:
-        """The worker's PID."""
-        if self.proc is None:
-            raise RuntimeError(f"{self.name} was never started")
-        return self.proc.pid
 
     def command(self) -> list[str]:
         """The command line."""
@@ -67,16 +52,7 @@ class WorkerProcess:
 
     def start(self, timeout: float = 30.0) -> WorkerProcess:
         """Spawn the worker and wait until it serves (it has registered and listens)."""
-        self._log = self.log_path.open("ab")
-        self.proc = subprocess.Popen(
-            self.command(),
-            cwd=REPO_ROOT,
-            env=self.env,
-            stdin=subprocess.DEVNULL,
-            stdout=self._log,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-        )
+        self.spawn(self.command())
         try:
             wait_until(
                 lambda: WORKER_READY_LINE in self.log_text() or not self.alive,
@@ -84,7 +60,7 @@ class WorkerProcess:
                 what=f"{self.name} serving",
             )
             if not self.alive:
-                raise AssertionError(f"{self.name} exited with {self.proc.returncode}")
+                raise AssertionError(f"{self.name} exited with {self.wait_exit(0)}")
         except BaseException:
             log = self.log_text()
             self.stop(graceful=False)
@@ -94,30 +70,16 @@ class WorkerProcess:
     @property
     def alive(self) -> bool:
         """Whether the worker is still running."""
-        return self.proc is not None and self.proc.poll() is None and pid_alive(self.proc.pid)
+        return super().alive and pid_alive(self.pid)
 
     def took(self, job_id: int) -> bool:
         """Whether this worker's log says it took a run of ``job_id``."""
         return any(int(m[0]) == job_id for m in TOOK_LINE.findall(self.log_text(2_000_000)))
 
-    def kill(self, sig: int) -> None:
-        """Send ``sig`` to the worker."""
-        with contextlib.suppress(ProcessLookupError):
-            os.kill(self.pid, sig)
-
     def freeze(self) -> None:
         """SIGSTOP the worker and wait until every thread of it has stopped."""
         self.kill(signal.SIGSTOP)
         wait_until(lambda: threads_stopped(self.pid), 5, interval=0.002, what=f"{self.name} frozen")
-
-    def wait_exit(self, timeout: float) -> int | None:
-        """The exit code, or None if the worker still runs after ``timeout``."""
-        if self.proc is None:
-            return None
-        try:
-            return self.proc.wait(timeout)
-        except subprocess.TimeoutExpired:
-            return None
 
     def stop(self, *, graceful: bool = True) -> int | None:
         """Stop the worker (SIGTERM, then SIGKILL after the grace period); its exit code."""
@@ -132,16 +94,5 @@ class WorkerProcess:
                 self.kill(signal.SIGKILL)
                 self.proc.wait(10)
         finally:
-            if self._log is not None:
-                self._log.close()
-                self._log = None
+            self._close_log()
         return self.proc.returncode
-
-    def log_text(self, tail: int = 20_000) -> str:
-        """The last ``tail`` characters of the worker's output."""
-        if self._log is not None:
-            self._log.flush()
-        try:
-            return self.log_path.read_text(errors="replace")[-tail:]
-        except FileNotFoundError:
-            return ""
