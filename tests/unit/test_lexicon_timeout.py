@@ -57,6 +57,29 @@ def test_no_time_left_is_an_error_not_a_shorter_text(monkeypatch: pytest.MonkeyP
             lexicon.apply(text)
 
 
+class Clock:
+    """time.monotonic() as the lexicon sees it: each reading is the next of ``readings``."""
+
+    def __init__(self, *readings: float) -> None:
+        self.readings = list(readings)
+
+    def monotonic(self) -> float:
+        return self.readings.pop(0)
+
+
+def test_the_error_names_the_slow_rule_not_the_quick_one_after_it(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The time limit is shared by all rules of a line: rule 1 takes 0.24 s of the
+    0.25 s, so no time is left when rule 2 begins. Rule 1 is the one to simplify."""
+    lexicon = Lexicon.compile([Rule("SQL", "sequel"), Rule("NoSQL", "no sequel")])
+    monkeypatch.setattr(lexicon_module, "APPLY_SECONDS", 0.25)
+    # The deadline, rule 1's start and end, rule 2's start.
+    monkeypatch.setattr(lexicon_module, "time", Clock(0.0, 0.0, 0.24, 0.26))
+    with pytest.raises(LexiconTimeout, match="rule 1 “SQL” ran out of time"):
+        lexicon.apply("SQL and NoSQL")
+
+
 def test_a_line_a_rule_runs_out_of_time_on_is_stale() -> None:
     line = DoneItem(1, 1, 0, "it is slow", False, "it is slow", other_reason=False)
     plain = DoneItem(2, 1, 1, "it is quick", False, "it is quick", other_reason=False)

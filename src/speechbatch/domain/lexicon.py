@@ -180,20 +180,29 @@ class Lexicon:
             return True
 
     def apply(self, text: str) -> str:
-        """The rules applied in order, within APPLY_SECONDS in all; LexiconTimeout names
-        the rule that was running (or was next) when the time ran out."""
+        """The rules applied in order, within APPLY_SECONDS in all. When the time runs
+        out, LexiconTimeout names the rule that took the longest on this text (the time
+        is shared: the rule running then may be a quick one after a slow one)."""
         if not self.touches(text):
             return text
         deadline = time.monotonic() + APPLY_SECONDS
-        for n, (rule, compiled) in enumerate(zip(self.rules, self._compiled, strict=True), 1):
-            left = deadline - time.monotonic()
-            if left <= 0:
-                raise LexiconTimeout(n, rule)
+        spent: list[float] = []
+        for rule, compiled in zip(self.rules, self._compiled, strict=True):
+            began = time.monotonic()
+            if began >= deadline:
+                raise self._slowest(spent)
             try:
-                text = compiled.sub(lambda _m, say=rule.say: say, text, timeout=left)
+                text = compiled.sub(lambda _m, say=rule.say: say, text, timeout=deadline - began)
             except TimeoutError:
-                raise LexiconTimeout(n, rule) from None
+                spent.append(deadline - began)  # all the time it was given
+                raise self._slowest(spent) from None
+            spent.append(time.monotonic() - began)
         return text
+
+    def _slowest(self, spent: list[float]) -> LexiconTimeout:
+        """The error naming the rule that took the longest (the first, if none ran)."""
+        n = max(range(len(spent)), key=spent.__getitem__, default=0)
+        return LexiconTimeout(n + 1, self.rules[n])
 
 
 _REFERENCE = regex.compile(r"\\[1-9g]|\(\?(?:P=|&|R|\d|[+-]\d)")
