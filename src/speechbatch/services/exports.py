@@ -20,7 +20,6 @@ import logging
 import os
 import socket
 import tempfile
-import threading
 import time
 import uuid
 import weakref
@@ -36,7 +35,7 @@ from speechbatch.config import Settings
 from speechbatch.domain.statuses import ExportStatus
 from speechbatch.errors import DatabaseUnavailable, ExportInProgress, LockHeld, NotFound
 from speechbatch.services.export_events import export_view, record_export_event
-from speechbatch.services.lock_lease import LeaseLost, LockLease
+from speechbatch.services.lock_lease import LeasedBuilder, LeaseLost, LockLease
 from speechbatch.services.ports import Storage
 
 log = logging.getLogger(__name__)
@@ -55,7 +54,6 @@ _CHUNK = 1024 * 1024
 # DEPLOYMENT tells apart the databases of deployments (or tests) that share a machine.
 SCRATCH_FOLDER = "speechbatch-exports"
 TEMP_PREFIX = ".tmp-"
-_BUILDERS: weakref.WeakSet[ExportBuilder] = weakref.WeakSet()
 
 
 def spreadsheet_safe(cell: str) -> str:
@@ -200,44 +198,26 @@ class ExportTask:
     deployment: str = ""
 
 
-class ExportBuilder:
+class ExportBuilder(LeasedBuilder):
     """Builds one export's ZIP in a background thread while renewing its lock."""
 
+    kind = "export"
+    builders: weakref.WeakSet[LeasedBuilder] = weakref.WeakSet()
+
     def __init__(self, uow_factory: UowFactory, storage: Storage, task: ExportTask) -> None:
-        self._uow_factory = uow_factory
-        self._storage = storage
-        self.task = task
-        self.lease = LockLease(
+        lease = LockLease(
             uow_factory,
             task.lock_id,
             task.holder,
             task.ttl_seconds,
             still_running=lambda uow: uow.exports.is_running(task.export_id, task.lock_id),
         )
-        self.done = threading.Event()
+        super().__init__(lease, task.export_id)
+        self._uow_factory = uow_factory
+        self._storage = storage
+        self.task = task
 
-    def start(self) -> None:
-        """Build in a daemon thread."""
-        _BUILDERS.add(self)
-        threading.Thread(
-            target=self.run, name=f"speechbatch-export-{self.task.export_id}", daemon=True
-        ).start()
-
-    def run(self) -> None:
-        """Build, then end the export COMPLETED or FAILED; never raise."""
-        task = self.task
-        try:
-            self._build()
-        except LeaseLost:
-            log.warning("export fenced export=%s lock=%s: stopped", task.export_id, task.lock_id)
-            self.lease.release_quietly()
-        except Exception as exc:
-            log.exception("export failed export=%s", task.export_id)
-            self._fail(f"export failed: {exc}")
-        finally:
-            self.done.set()
-
-    def _build(self) -> None:
+    def build(self) -> None:
         task = self.task
         with self._uow_factory(read_only=True) as uow:
             audio = uow.exports.done_audio(task.organization_id)
@@ -310,7 +290,7 @@ class ExportBuilder:
             zf.writestr(MANIFEST_NAME, manifest.getvalue(), compress_type=zipfile.ZIP_DEFLATED)
         return count
 
-    def _fail(self, message: str) -> None:
+    def fail(self, message: str) -> None:
         task = self.task
         try:
             with self._uow_factory() as uow:
@@ -331,13 +311,5 @@ def scratch_dir() -> Path:
 
 
 def wait_for_exports(timeout: float) -> bool:
-    """Wait until this process's builders have ended; whether they all did in time.
-
-    Nothing is interrupted: a builder cut off at exit stops renewing, and its export is
-    recovered once the lease has run out.
-    """
-    deadline = time.monotonic() + timeout
-    for builder in list(_BUILDERS):
-        if not builder.done.wait(max(0.0, deadline - time.monotonic())):
-            return False
-    return True
+    """Wait until this process's export builders have ended; whether they all did in time."""
+    return ExportBuilder.wait_for_all(timeout)

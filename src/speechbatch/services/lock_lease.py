@@ -1,4 +1,5 @@
-"""A background builder's hold on an organization-level lock: renewed, checked, released.
+"""A background builder's hold on an organization-level lock: renewed, checked, released;
+and the builder itself (an export's ZIP, a render), on a daemon thread of its own.
 
 The builder calls ``renew()`` often (between pieces of work); it renews the grant once a
 third of the lease has passed, in a short transaction of its own that also checks that
@@ -10,7 +11,9 @@ raises ``LeaseLost``, and the builder stops writing at once.
 from __future__ import annotations
 
 import logging
+import threading
 import time
+import weakref
 from collections.abc import Callable
 
 from speechbatch.adapters.uow import UowFactory, WriteUnit
@@ -71,3 +74,57 @@ class LockLease:
                 uow.commit()
         except Exception:
             log.exception("could not release lock %s", self.lock_id)
+
+
+class LeasedBuilder:
+    """Builds one piece of work on a daemon thread while its ``lease`` is renewed: a lost
+    grant stops it quietly (someone else owns the work now), any other failure is
+    recorded by ``fail``. Subclasses say what ``build`` and ``fail`` do, and keep the
+    live builders of their kind in ``builders`` (a process's stop waits for them)."""
+
+    kind = "builder"  # in the thread's name and the logs
+    builders: weakref.WeakSet[LeasedBuilder]
+
+    def __init__(self, lease: LockLease, work_id: int) -> None:
+        self.lease = lease
+        self.work_id = work_id
+        self.done = threading.Event()
+
+    def start(self) -> None:
+        """Build in a daemon thread."""
+        self.builders.add(self)
+        name = f"speechbatch-{self.kind}-{self.work_id}"
+        threading.Thread(target=self.run, name=name, daemon=True).start()
+
+    def run(self) -> None:
+        """Build, then end the work COMPLETED or FAILED; never raise."""
+        try:
+            self.build()
+        except LeaseLost:
+            kind, lock_id = self.kind, self.lease.lock_id
+            log.warning("%s fenced %s=%s lock=%s: stopped", kind, kind, self.work_id, lock_id)
+            self.lease.release_quietly()
+        except Exception as exc:
+            log.exception("%s failed %s=%s", self.kind, self.kind, self.work_id)
+            self.fail(f"{self.kind} failed: {exc}")
+        finally:
+            self.done.set()
+
+    def build(self) -> None:
+        """Do the work, renewing the lease between its pieces."""
+        raise NotImplementedError
+
+    def fail(self, message: str) -> None:
+        """Record the work FAILED with ``message`` and release the lock."""
+        raise NotImplementedError
+
+    @classmethod
+    def wait_for_all(cls, timeout: float) -> bool:
+        """Wait until this process's builders of this kind have ended; whether they all
+        did in time (nothing is interrupted: one cut off at exit stops renewing, and its
+        work is recovered once the lease has run out)."""
+        deadline = time.monotonic() + timeout
+        for builder in list(cls.builders):
+            if not builder.done.wait(max(0.0, deadline - time.monotonic())):
+                return False
+        return True

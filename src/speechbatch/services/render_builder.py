@@ -16,8 +16,6 @@ import os
 import re
 import shutil
 import tempfile
-import threading
-import time
 import weakref
 from dataclasses import dataclass
 from pathlib import Path
@@ -35,7 +33,7 @@ from speechbatch.domain.renders import (
     srt_cue,
     vtt_cue,
 )
-from speechbatch.services.lock_lease import LeaseLost, LockLease
+from speechbatch.services.lock_lease import LeasedBuilder, LeaseLost, LockLease
 from speechbatch.services.ports import Storage
 from speechbatch.services.render_events import record_render_event
 
@@ -43,7 +41,6 @@ log = logging.getLogger(__name__)
 
 PAGE = 200  # item rows read per query
 WORKDIR_PREFIX = "speechbatch-render-"
-_BUILDERS: weakref.WeakSet[RenderBuilder] = weakref.WeakSet()
 
 
 @dataclass(frozen=True)
@@ -83,44 +80,26 @@ def render_keys(task: RenderTask) -> dict[str, str]:
     return {"audio": f"{base}.{task.options.format}", "vtt": f"{base}.vtt", "srt": f"{base}.srt"}
 
 
-class RenderBuilder:
+class RenderBuilder(LeasedBuilder):
     """Builds one render in a background thread while renewing its lock."""
 
+    kind = "render"
+    builders: weakref.WeakSet[LeasedBuilder] = weakref.WeakSet()
+
     def __init__(self, uow_factory: UowFactory, storage: Storage, task: RenderTask) -> None:
-        self._uow_factory = uow_factory
-        self._storage = storage
-        self.task = task
-        self.lease = LockLease(
+        lease = LockLease(
             uow_factory,
             task.lock_id,
             task.holder,
             task.ttl_seconds,
             still_running=lambda uow: uow.renders.is_running(task.render_id, task.lock_id),
         )
-        self.done = threading.Event()
+        super().__init__(lease, task.render_id)
+        self._uow_factory = uow_factory
+        self._storage = storage
+        self.task = task
 
-    def start(self) -> None:
-        """Build in a daemon thread."""
-        _BUILDERS.add(self)
-        threading.Thread(
-            target=self.run, name=f"speechbatch-render-{self.task.render_id}", daemon=True
-        ).start()
-
-    def run(self) -> None:
-        """Build, then end the render COMPLETED or FAILED; never raise."""
-        task = self.task
-        try:
-            self._build()
-        except LeaseLost:
-            log.warning("render fenced render=%s lock=%s: stopped", task.render_id, task.lock_id)
-            self.lease.release_quietly()
-        except Exception as exc:
-            log.exception("render failed render=%s", task.render_id)
-            self._fail(f"render failed: {exc}")
-        finally:
-            self.done.set()
-
-    def _build(self) -> None:
+    def build(self) -> None:
         _sweep_dead_workdirs()
         workdir = Path(tempfile.mkdtemp(prefix=f"{WORKDIR_PREFIX}{os.getpid()}-"))
         try:
@@ -246,7 +225,7 @@ class RenderBuilder:
         for key in keys.values():
             self._storage.delete(key)
 
-    def _fail(self, message: str) -> None:
+    def fail(self, message: str) -> None:
         task = self.task
         try:
             with self._uow_factory() as uow:
@@ -277,9 +256,5 @@ def _sweep_dead_workdirs() -> None:
 
 
 def wait_for_renders(timeout: float) -> bool:
-    """Wait until this process's builders have ended; whether they all did in time."""
-    deadline = time.monotonic() + timeout
-    for builder in list(_BUILDERS):
-        if not builder.done.wait(max(0.0, deadline - time.monotonic())):
-            return False
-    return True
+    """Wait until this process's render builders have ended; whether they all did in time."""
+    return RenderBuilder.wait_for_all(timeout)
