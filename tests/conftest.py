@@ -60,8 +60,8 @@ def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pyte
 
 @pytest.fixture(autouse=True)
 def _postgresql_stays_up(request: pytest.FixtureRequest) -> Iterator[None]:
-    """An in-process test holds the PostgreSQL server up (a chaos test on the other
-    worker stops it, see tests/support/workers.py); the process tests do not need to."""
+    """A test holds the PostgreSQL server up (a chaos test on the other worker stops
+    it, see tests/support/workers.py); the chaos tests, one after another, need not."""
     if is_process_test(request.node):
         yield
         return

@@ -30,7 +30,7 @@ from tests.support.server import (
     sqlite_url,
 )
 from tests.support.worker_process import WorkerProcess
-from tests.support.workers import in_process_group
+from tests.support.workers import E2E_GROUP, in_process_group
 
 E2E_DIR = Path(__file__).resolve().parent
 BACKENDS = ["sqlite", "postgresql"]
@@ -43,11 +43,11 @@ Metric = Callable[[str, Any], None]
 # tryfirst: before xdist reads the group marker (see in_process_group).
 @pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Mark every test of this directory ``e2e``, in the process tests' xdist group."""
+    """Mark every test of this directory ``e2e``, in the end-to-end tests' xdist group."""
     for item in items:
         if E2E_DIR in Path(item.path).resolve().parents:
             item.add_marker(pytest.mark.e2e)
-            in_process_group(item)
+            in_process_group(item, E2E_GROUP)
 
 
 @pytest.fixture(params=BACKENDS)

@@ -1,10 +1,12 @@
 """Running the suite on pytest-xdist workers (``bin/test`` runs two).
 
-The tests that start real processes (gunicorn, signals, a browser, a PostgreSQL restart)
-run one after another on one worker, as they would in a serial run: they share the
-chaos database and never kill each other's servers. The other worker takes the
-in-process tests. Two things cross between the workers:
-- the PostgreSQL server, which one chaos test stops for a moment: an in-process test
+The tests that start real processes run in two xdist groups, each one after another on
+one worker, as they would in a serial run: the chaos tests (signals, faults, a
+PostgreSQL restart; they share the chaos database) and the end-to-end tests (gunicorn,
+workers, a browser; a database of their own each). The two groups usually go to the two
+workers, which then take the in-process tests as they come free. Two things cross
+between the workers:
+- the PostgreSQL server, which one chaos test stops for a moment: every other test
   holds a shared lock on it while it runs and that test takes it exclusively, so neither
   sees the other's half (``postgresql_in_use``, ``postgresql_stopped``);
 - the chaos summary: a worker has no terminal of its own, so the table it prints at the
@@ -22,13 +24,14 @@ from typing import Protocol
 
 import pytest
 
-PROCESS_GROUP = "processes"
+PROCESS_GROUP = "processes"  # the chaos tests
+E2E_GROUP = "e2e"
 WORKER_SUMMARY = "speechbatch_summary"
 SUMMARIES = pytest.StashKey[list[str]]()
 
 
-def in_process_group(item: pytest.Item) -> None:
-    """Put ``item`` into the one xdist group of the process tests (``--dist loadgroup``).
+def in_process_group(item: pytest.Item, group: str = PROCESS_GROUP) -> None:
+    """Put ``item`` into an xdist group of process tests (``--dist loadgroup``).
 
     Call it from a ``pytest_collection_modifyitems`` marked ``tryfirst``: xdist's worker
     turns the marker into the "@processes" suffix of the node id in its own hook of that
@@ -37,7 +40,7 @@ def in_process_group(item: pytest.Item) -> None:
     marker too late and the process tests would spread over both workers (seen with -vv:
     no "@processes" suffix).
     """
-    item.add_marker(pytest.mark.xdist_group(PROCESS_GROUP))
+    item.add_marker(pytest.mark.xdist_group(group))
 
 
 def leave_summary(config: pytest.Config, text: str) -> None:
@@ -58,7 +61,8 @@ class Marked(Protocol):
 
 
 def is_process_test(item: Marked) -> bool:
-    """Whether ``item`` is one of the process tests (see ``in_process_group``)."""
+    """Whether ``item`` is one of the chaos tests, which need not hold PostgreSQL up
+    (see ``in_process_group``)."""
     return any(
         PROCESS_GROUP in (*mark.args, mark.kwargs.get("name"))
         for mark in item.iter_markers("xdist_group")
