@@ -58,24 +58,47 @@ def test_no_time_left_is_an_error_not_a_shorter_text(monkeypatch: pytest.MonkeyP
 
 
 class Clock:
-    """time.monotonic() as the lexicon sees it: each reading is the next of ``readings``."""
+    """time.monotonic() as the lexicon sees it, moved on only by the patterns below."""
 
-    def __init__(self, *readings: float) -> None:
-        self.readings = list(readings)
+    def __init__(self) -> None:
+        self.now = 0.0
 
     def monotonic(self) -> float:
-        return self.readings.pop(0)
+        return self.now
+
+
+class Takes:
+    """A compiled pattern whose matching takes ``seconds`` of the clock and changes nothing."""
+
+    def __init__(self, clock: Clock, seconds: float) -> None:
+        self.clock, self.seconds = clock, seconds
+
+    def sub(self, _repl: Any, text: str, **_kwargs: Any) -> str:
+        self.clock.now += self.seconds
+        return text
+
+
+class UsesItsTimeUp:
+    """A compiled pattern that uses all the time it is given and then times out."""
+
+    def __init__(self, clock: Clock) -> None:
+        self.clock = clock
+
+    def sub(self, _repl: Any, _text: str, *, timeout: float, **_kwargs: Any) -> str:
+        self.clock.now += timeout
+        raise TimeoutError("regex timed out")
 
 
 def test_the_error_names_the_slow_rule_not_the_quick_one_after_it(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """The time limit is shared by all rules of a line: rule 1 takes 0.24 s of the
-    0.25 s, so no time is left when rule 2 begins. Rule 1 is the one to simplify."""
-    lexicon = Lexicon.compile([Rule("SQL", "sequel"), Rule("NoSQL", "no sequel")])
+    0.25 s, and rule 2 times out in the 0.01 s left. Rule 1 is the one to simplify."""
+    clock = Clock()
+    monkeypatch.setattr(lexicon_module, "time", clock)
     monkeypatch.setattr(lexicon_module, "APPLY_SECONDS", 0.25)
-    # The deadline, rule 1's start and end, rule 2's start.
-    monkeypatch.setattr(lexicon_module, "time", Clock(0.0, 0.0, 0.24, 0.26))
+    rules = [Rule("SQL", "sequel"), Rule("NoSQL", "no sequel")]
+    lexicon = Lexicon(rules, [Takes(clock, 0.24), UsesItsTimeUp(clock)], 7)
     with pytest.raises(LexiconTimeout, match="rule 1 “SQL” ran out of time"):
         lexicon.apply("SQL and NoSQL")
 
