@@ -28,7 +28,7 @@ from tests.support.server import pg_unreachable_reason
 from tests.support.workers import (
     SUMMARIES,
     WORKER_SUMMARY,
-    is_process_test,
+    is_chaos_test,
     postgresql_in_use,
 )
 
@@ -62,7 +62,7 @@ def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pyte
 def _postgresql_stays_up(request: pytest.FixtureRequest) -> Iterator[None]:
     """A test holds the PostgreSQL server up (a chaos test on the other worker stops
     it, see tests/support/workers.py); the chaos tests, one after another, need not."""
-    if is_process_test(request.node):
+    if is_chaos_test(request.node):
         yield
         return
     with postgresql_in_use():

@@ -24,6 +24,7 @@ from tests.support.server import (
     make_pg_database,
 )
 from tests.support.workers import (
+    CHAOS_GROUP,
     in_process_group,
     leave_summary,
     postgresql_stopped,
@@ -46,7 +47,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     for item in items:
         if CHAOS_DIR in Path(item.path).resolve().parents:
             item.add_marker(pytest.mark.chaos)
-            in_process_group(item)
+            in_process_group(item, CHAOS_GROUP)
 
 
 def _summary(report: ChaosReport) -> str:

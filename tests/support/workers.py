@@ -24,21 +24,21 @@ from typing import Protocol
 
 import pytest
 
-PROCESS_GROUP = "processes"  # the chaos tests
+CHAOS_GROUP = "chaos"
 E2E_GROUP = "e2e"
 WORKER_SUMMARY = "speechbatch_summary"
 SUMMARIES = pytest.StashKey[list[str]]()
 
 
-def in_process_group(item: pytest.Item, group: str = PROCESS_GROUP) -> None:
+def in_process_group(item: pytest.Item, group: str) -> None:
     """Put ``item`` into an xdist group of process tests (``--dist loadgroup``).
 
     Call it from a ``pytest_collection_modifyitems`` marked ``tryfirst``: xdist's worker
-    turns the marker into the "@processes" suffix of the node id in its own hook of that
+    turns the marker into the "@chaos" (or "@e2e") suffix of the node id in its own hook of that
     name, and hooks run in reverse order of registration, so a conftest registered before
     xdist's worker plugin (a run given paths in its directory) would otherwise add the
     marker too late and the process tests would spread over both workers (seen with -vv:
-    no "@processes" suffix).
+    no "@chaos" suffix).
     """
     item.add_marker(pytest.mark.xdist_group(group))
 
@@ -55,16 +55,16 @@ def leave_summary(config: pytest.Config, text: str) -> None:
 
 
 class Marked(Protocol):
-    """What ``is_process_test`` reads of a test item."""
+    """What ``is_chaos_test`` reads of a test item."""
 
     def iter_markers(self, name: str) -> Iterable[pytest.Mark]: ...
 
 
-def is_process_test(item: Marked) -> bool:
+def is_chaos_test(item: Marked) -> bool:
     """Whether ``item`` is one of the chaos tests, which need not hold PostgreSQL up
     (see ``in_process_group``)."""
     return any(
-        PROCESS_GROUP in (*mark.args, mark.kwargs.get("name"))
+        CHAOS_GROUP in (*mark.args, mark.kwargs.get("name"))
         for mark in item.iter_markers("xdist_group")
     )
 
