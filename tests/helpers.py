@@ -2,19 +2,23 @@
 
 from __future__ import annotations
 
+import functools
 import json
 import time
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from typing import Any, TypeVar
+from unittest import mock
 
 from sqlalchemy import func, select, update
 
 from speechbatch.adapters.models import Item, Job, Worker
+from speechbatch.adapters.passwords import hash_password
 from speechbatch.adapters.repositories import UserRecord
 from speechbatch.adapters.uow import Reader, SessionUowFactory, StatementReader, UowFactory
 from speechbatch.app import Services
 from speechbatch.services import Limits, create_admin, create_job
+from speechbatch.services import users as users_service
 
 T = TypeVar("T")
 LIMITS = Limits(voices=("alloy", "echo"), max_chars=4096)
@@ -47,11 +51,19 @@ def wait_for(check: Callable[[], T], timeout: float = 10.0, interval: float = 0.
         time.sleep(interval)
 
 
+@functools.cache
+def _hashed_once(password: str) -> str:
+    """A real salted scrypt hash (sign-in checks it), made once per password and session:
+    one costs about 90 ms, and nearly every test makes an admin with the same password."""
+    return hash_password(password)
+
+
 def new_admin(
     svc: Services, organization: str, email: str, password: str = "password-1"
 ) -> UserRecord:
     """Create an admin of ``organization`` (created too if new); their user record."""
-    create_admin(svc.uow_factory, organization, email, password)
+    with mock.patch.object(users_service, "hash_password", _hashed_once):
+        create_admin(svc.uow_factory, organization, email, password)
     with svc.uow_factory(read_only=True) as uow:
         user = uow.users.get_user_by_email(email)
     assert user is not None
