@@ -22,7 +22,6 @@ import socket
 import tempfile
 import time
 import uuid
-import weakref
 import zipfile
 from dataclasses import dataclass
 from pathlib import Path
@@ -202,7 +201,6 @@ class ExportBuilder(LeasedBuilder):
     """Builds one export's ZIP in a background thread while renewing its lock."""
 
     kind = "export"
-    builders: weakref.WeakSet[LeasedBuilder] = weakref.WeakSet()
 
     def __init__(self, uow_factory: UowFactory, storage: Storage, task: ExportTask) -> None:
         lease = LockLease(

@@ -79,11 +79,15 @@ class LockLease:
 class LeasedBuilder:
     """Builds one piece of work on a daemon thread while its ``lease`` is renewed: a lost
     grant stops it quietly (someone else owns the work now), any other failure is
-    recorded by ``fail``. Subclasses say what ``build`` and ``fail`` do, and keep the
-    live builders of their kind in ``builders`` (a process's stop waits for them)."""
+    recorded by ``fail``. Subclasses say what ``build`` and ``fail`` do; each kind keeps
+    its live builders in a ``builders`` set of its own (a process's stop waits for them)."""
 
     kind = "builder"  # in the thread's name and the logs
-    builders: weakref.WeakSet[LeasedBuilder]
+    builders: weakref.WeakSet[LeasedBuilder] = weakref.WeakSet()
+
+    def __init_subclass__(cls, **kwargs: object) -> None:
+        super().__init_subclass__(**kwargs)
+        cls.builders = weakref.WeakSet()
 
     def __init__(self, lease: LockLease, work_id: int) -> None:
         self.lease = lease

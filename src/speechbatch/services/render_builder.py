@@ -16,7 +16,6 @@ import os
 import re
 import shutil
 import tempfile
-import weakref
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -84,7 +83,6 @@ class RenderBuilder(LeasedBuilder):
     """Builds one render in a background thread while renewing its lock."""
 
     kind = "render"
-    builders: weakref.WeakSet[LeasedBuilder] = weakref.WeakSet()
 
     def __init__(self, uow_factory: UowFactory, storage: Storage, task: RenderTask) -> None:
         lease = LockLease(
