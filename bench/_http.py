@@ -15,7 +15,7 @@ import socket
 import subprocess
 import tempfile
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -162,10 +162,19 @@ class Deployment:
 
 @contextlib.contextmanager
 def deployment(
-    provider_url: str, *, workers: int, threads: int = 4, app: str = "wsgi:app", **settings: Any
+    provider_url: str,
+    *,
+    workers: int,
+    threads: int = 4,
+    app: str = "wsgi:app",
+    connect: Callable[[str], dict[str, str]] | None = None,
+    **settings: Any,
 ) -> Iterator[Deployment]:
-    """gunicorn on a fresh migrated PostgreSQL database with an admin; stopped at the end."""
+    """gunicorn on a fresh migrated PostgreSQL database with an admin; stopped at the end.
+    ``connect(url)`` gives settings that say how to reach the database of ``url`` (e.g.
+    ``{"DATABASE_URL": url + "?prepare_threshold=none"}``); none: the URL itself."""
     with pg_database("http") as url, tempfile.TemporaryDirectory(prefix="sb_bench_") as tmp:
+        settings.update(connect(url) if connect else {})
         env = app_env(url, provider_url, Path(tmp) / "audio", **settings)
         token = bootstrap(env)
         server = Gunicorn(env, Path(tmp), workers, threads, app)

@@ -136,7 +136,7 @@ def piper_figures(count: int, rounds: int) -> dict[str, Any]:
     """Seconds a sentence and real-time factor, one thread and ITEM_CONCURRENCY threads."""
     threads = Settings.__dataclass_fields__["item_concurrency"].default
     assert isinstance(threads, int)
-    provider = PiperProvider()
+    provider = PiperProvider(processes=0)  # the voice in this process, as I2 has always measured
     provider.synthesize("Warm up.", VOICE)  # the voice loads once, outside the timings
     sentences = [SENTENCES[n % len(SENTENCES)] for n in range(count)]
     seen: dict[int, list[tuple[float, float]]] = {1: [], threads: []}

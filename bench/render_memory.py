@@ -17,7 +17,7 @@ render speed at the largest size, in seconds of audio per second of wall time
 (target >= 30, the issue's bar for a 3-hour book).
 
 Usage: python bench/render_memory.py [--sizes 50 500] [--item-seconds 3.0]
-[--format mp3|m4b]
+[--format mp3|m4b] [--preset acx|podcast|ebu]
 """
 
 from __future__ import annotations
@@ -104,7 +104,7 @@ def make_finished_job(unit: Any, client: Any, items: int, seconds: float) -> int
     return int(job["id"])
 
 
-def child(items: int, fmt: str, seconds: float) -> dict[str, Any]:
+def child(items: int, fmt: str, seconds: float, preset: str | None) -> dict[str, Any]:
     """Render one job of ``items`` items in this process; its memory and speed."""
     process = psutil.Process()
     with fake_provider(0.0) as provider, app_in_process(provider.url) as unit:
@@ -123,9 +123,8 @@ def child(items: int, fmt: str, seconds: float) -> dict[str, Any]:
         sampler = threading.Thread(target=sample, daemon=True)
         sampler.start()
         began = time.monotonic()
-        render = unit.call(
-            client, "POST", f"/api/jobs/{job_id}/renders", {"format": fmt}, expect=202
-        )
+        body: dict[str, Any] = {"format": fmt} | ({"preset": preset} if preset else {})
+        render = unit.call(client, "POST", f"/api/jobs/{job_id}/renders", body, expect=202)
         while render["status"] == "RUNNING":
             time.sleep(0.05)
             render = unit.call(client, "GET", f"/api/jobs/{job_id}/renders/{render['id']}")
@@ -150,10 +149,12 @@ def main() -> None:
     parser.add_argument("--sizes", type=int, nargs="+", default=[50, 500])
     parser.add_argument("--item-seconds", type=float, default=3.0)
     parser.add_argument("--format", choices=["mp3", "m4b"], default="mp3")
+    parser.add_argument("--preset", choices=["acx", "podcast", "ebu"], default=None)
     parser.add_argument("--child", type=int, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:
-        print(json.dumps(child(args.child, args.format, args.item_seconds)), flush=True)
+        run = child(args.child, args.format, args.item_seconds, args.preset)
+        print(json.dumps(run), flush=True)
         return
     runs = []
     for size in args.sizes:
@@ -161,6 +162,7 @@ def main() -> None:
             [
                 sys.executable, __file__, "--child", str(size), "--format", args.format,
                 "--item-seconds", str(args.item_seconds),
+                *(["--preset", args.preset] if args.preset else []),
             ],
             capture_output=True, text=True, check=True, timeout=1800,
         ).stdout  # fmt: skip
@@ -190,7 +192,8 @@ def main() -> None:
             speed, f">= {SPEED_TARGET:g}", speed >= SPEED_TARGET,
         ),
     }  # fmt: skip
-    write_results(f"render_memory_{args.format}", {"runs": runs, "figures": figures})
+    name = f"render_memory_{args.format}" + (f"_{args.preset}" if args.preset else "")
+    write_results(name, {"runs": runs, "figures": figures})
 
 
 if __name__ == "__main__":

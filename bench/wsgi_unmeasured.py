@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-import speechbatch.runner.item as item_module
+import speechbatch.runner.finish as finish_module
 from speechbatch.runner.measure import Measured
 
 
@@ -16,7 +16,7 @@ def unmeasured(audio: bytes, spoken_text: str, options: Mapping[str, Any]) -> Me
     return Measured()
 
 
-item_module.measure_audio = unmeasured
+finish_module.measure_audio = unmeasured
 
 from wsgi import app  # noqa: E402  (after the patch: the runner is built by create_app)
 

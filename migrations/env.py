@@ -24,6 +24,8 @@ def _run(connection: Connection) -> None:
         target_metadata=target_metadata,
         render_as_batch=True,  # SQLite cannot ALTER most things in place
         compare_type=True,
+        # adapters/migrate.py's record of the revisions it applied or reverted.
+        on_version_apply=config.attributes.get("on_version_apply"),
     )
     with context.begin_transaction():
         context.run_migrations()

@@ -8,7 +8,7 @@ import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import replace
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import psycopg
 import pytest
@@ -17,12 +17,16 @@ from flask.testing import FlaskClient
 
 from speechbatch import create_app
 from speechbatch.adapters.migrate import upgrade
+from speechbatch.adapters.providers.base import TTSProvider
 from speechbatch.adapters.repositories import UserRecord
 from speechbatch.app import Services
 from speechbatch.config import Settings
 from speechbatch.services import create_token
 from tests.fakes import FakeProvider
 from tests.helpers import new_admin
+from tests.support.moto import MotoServer
+from tests.support.pgbouncer import PgBouncer
+from tests.support.s3 import LocalS3
 from tests.support.seaweed import SeaweedServer
 from tests.support.server import pg_unreachable_reason
 from tests.support.workers import (
@@ -41,6 +45,9 @@ BACKENDS = ["sqlite", "postgresql"]
 # The storage tests run on both: ``@pytest.mark.parametrize("storage_kind", STORAGES,
 # indirect=True)``; every other test keeps the folder.
 STORAGES = ["folder", "s3"]
+# gc's tests run on a second S3 implementation too: moto's server.
+GC_STORAGES = [*STORAGES, "moto"]
+S3Server = TypeVar("S3Server", bound=LocalS3)
 
 
 @pytest.hookimpl(optionalhook=True)
@@ -141,19 +148,45 @@ def database_url(request: pytest.FixtureRequest, backend: str, tmp_path: Path) -
     yield from make_database(request, backend, tmp_path)
 
 
-@pytest.fixture(scope="session")
-def seaweed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SeaweedServer]:
-    """A SeaweedFS S3 server for the session (skipped, or failed under CI=true, when it
-    cannot start)."""
-    server = SeaweedServer(tmp_path_factory.mktemp("seaweed"))
-    try:
-        server.start()
-    except RuntimeError as exc:
-        if IN_CI:
-            pytest.fail(f"SeaweedFS is required under CI and did not start: {exc}")
-        pytest.skip(f"SeaweedFS did not start: {exc}")
+def _s3_server(server: S3Server) -> Iterator[S3Server]:
+    """Start ``server`` for the session (skipped, or failed under CI=true, when it cannot
+    start) and stop it at the end."""
+    _start_or_skip(server.start, server.name)
     yield server
     server.stop()
+
+
+@pytest.fixture(scope="session")
+def seaweed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SeaweedServer]:
+    """A SeaweedFS S3 server for the session."""
+    yield from _s3_server(SeaweedServer(tmp_path_factory.mktemp("seaweed")))
+
+
+@pytest.fixture(scope="session")
+def moto(tmp_path_factory: pytest.TempPathFactory) -> Iterator[MotoServer]:
+    """moto's S3 server for the session: a second S3 implementation."""
+    yield from _s3_server(MotoServer(tmp_path_factory.mktemp("moto")))
+
+
+@pytest.fixture(scope="session")
+def pgbouncer(tmp_path_factory: pytest.TempPathFactory) -> Iterator[PgBouncer]:
+    """A PgBouncer in transaction mode in front of the test server, with the README's
+    settings, for the session (skipped, or failed under CI=true, when it cannot start)."""
+    bouncer = PgBouncer(tmp_path_factory.mktemp("pgbouncer"), f"{PG_URL_BASE}/postgres")
+    _start_or_skip(bouncer.start, "PgBouncer")
+    yield bouncer
+    bouncer.stop()
+
+
+def _start_or_skip(start: Callable[[], object], name: str) -> None:
+    """Start a server of the session (``start`` raises RuntimeError when it cannot): its
+    tests are skipped without it, or fail under CI=true (bin/test installs them all)."""
+    try:
+        start()
+    except RuntimeError as exc:
+        if IN_CI:
+            pytest.fail(f"{name} is required under CI and did not start: {exc}")
+        pytest.skip(f"{name} did not start: {exc}")
 
 
 @pytest.fixture
@@ -167,10 +200,10 @@ def storage_url(
     request: pytest.FixtureRequest, storage_kind: str, monkeypatch: pytest.MonkeyPatch
 ) -> str | None:
     """SPEECHBATCH_STORAGE_URL for the test: None (the folder) or a fresh bucket, with the
-    standard AWS variables pointing at the session's SeaweedFS."""
+    standard AWS variables pointing at the session's SeaweedFS (``s3``) or moto (``moto``)."""
     if storage_kind == "folder":
         return None
-    server: SeaweedServer = request.getfixturevalue("seaweed")
+    server: LocalS3 = request.getfixturevalue("moto" if storage_kind == "moto" else "seaweed")
     for name, value in server.env().items():
         monkeypatch.setenv(name, value)
     return f"s3://{server.new_bucket()}/speechbatch"
@@ -202,6 +235,11 @@ def provider() -> FakeProvider:
 @pytest.fixture
 def app(settings: Settings, provider: FakeProvider) -> Iterator[Flask]:
     """The app on a fresh database with the fake provider."""
+    yield from app_for_tests(settings, provider)
+
+
+def app_for_tests(settings: Settings, provider: TTSProvider) -> Iterator[Flask]:
+    """An app for the test client, closed when the fixture that yields it ends."""
     app = create_app(settings, provider=provider)
     app.config["TESTING"] = True
     yield app

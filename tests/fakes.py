@@ -12,6 +12,7 @@ from datetime import UTC, datetime
 from typing import Any, Literal, overload
 
 from speechbatch.adapters.providers.base import (
+    CharacterBilled,
     PermanentProviderError,
     RetryableProviderError,
     TTSProvider,
@@ -25,21 +26,28 @@ from speechbatch.adapters.repositories import (
     Tokens,
     UserRecord,
 )
+from speechbatch.adapters.repositories.books import Books
+from speechbatch.adapters.repositories.cast import Casts
 from speechbatch.adapters.repositories.deliveries import Deliveries
 from speechbatch.adapters.repositories.edits import Edits
 from speechbatch.adapters.repositories.exports import Exports
+from speechbatch.adapters.repositories.feeds import Feeds
+from speechbatch.adapters.repositories.idempotency import IdempotencyKeys
 from speechbatch.adapters.repositories.job_locks import Locks
-from speechbatch.adapters.repositories.ledger import JobItems, Usage
+from speechbatch.adapters.repositories.ledger import ProviderUsage, Usage
 from speechbatch.adapters.repositories.lexicon import (
     DoneItem,
     Lexicons,
     LexiconStamp,
     PassClaim,
     PassState,
+    SpokenRow,
 )
 from speechbatch.adapters.repositories.renders import Renders
 from speechbatch.adapters.repositories.resume import Resumes
+from speechbatch.adapters.repositories.sessions import Sessions
 from speechbatch.adapters.repositories.slots import SlotReads
+from speechbatch.adapters.repositories.spending_reads import JobItems
 from speechbatch.adapters.repositories.takes import Takes
 from speechbatch.adapters.repositories.webhooks import Webhooks
 from speechbatch.adapters.repositories.workers import Workers
@@ -51,7 +59,7 @@ def fake_audio(text: str) -> bytes:
     return b"ID3FAKE" + hashlib.sha256(text.encode()).digest()
 
 
-class FakeProvider:
+class FakeProvider(CharacterBilled):
     """A provider that counts every (billed) call per text, with latency and faults."""
 
     name = "fake"
@@ -69,6 +77,7 @@ class FakeProvider:
         self.max_in_flight = 0
         self.started: list[tuple[str, float]] = []  # (text, time.monotonic()) per call
         self.options_seen: list[dict[str, Any]] = []  # the options of every call
+        self.voices_seen: list[tuple[str, str]] = []  # (text, voice) of every call
         self.audio: dict[str, bytes] = {}  # real audio to answer for a text, else fake_audio
         self._lock = threading.Lock()
 
@@ -76,6 +85,7 @@ class FakeProvider:
         with self._lock:
             self.calls[text] += 1
             self.options_seen.append(dict(options or {}))
+            self.voices_seen.append((text, voice))
             self.in_flight += 1
             self.max_in_flight = max(self.max_in_flight, self.in_flight)
             self.started.append((text, time.monotonic()))
@@ -139,12 +149,16 @@ class FakeRepository:
         item_chapters: Sequence[int] | None = None,
         chapters: Sequence[tuple[int, str, int]] | None = None,
         options: str = "{}",
+        speakers: Sequence[str | None] | None = None,
     ) -> int:
         job_id = len(self.jobs) + 1
         self.jobs[job_id] = {
             "org": organization_id, "title": title, "voice": voice, "texts": list(texts),
         }  # fmt: skip
-        extras = {"keys": keys, "item_chapters": item_chapters, "chapters": chapters}
+        extras = {
+            "keys": keys, "item_chapters": item_chapters, "chapters": chapters,
+            "speakers": speakers,
+        }  # fmt: skip
         self.jobs[job_id].update({k: list(v) for k, v in extras.items() if v})
         return job_id
 
@@ -325,11 +339,17 @@ class FakeSpending:
     def usage(self, organization_id: int) -> Usage:
         return Usage("2026-12", 0, 0, None)
 
+    def usage_by_provider(self, organization_id: int) -> list[ProviderUsage]:
+        return []
+
     def set_budget(self, slug: str, characters: int | None) -> int | None:
         self.budgets[slug] = characters
         return 1
 
     def job_items(self, job_id: int, organization_id: int) -> JobItems | None:
+        return None
+
+    def job_stamp(self, job_id: int, organization_id: int) -> tuple[int, Any] | None:
         return None
 
     def longest_unsent(self, job_id: int, organization_id: int, *, regenerate: bool) -> int | None:
@@ -352,7 +372,7 @@ class FakeLexicon:
         return LexiconStamp(0, None)
 
     def state(self, organization_id: int) -> PassState:
-        return PassState(0, 0, False)
+        return PassState(0, False, False)
 
     def replace_rules(self, organization_id: int, rules: Sequence[Rule]) -> int:
         raise NotImplementedError
@@ -372,11 +392,19 @@ class FakeLexicon:
     def release_pass(self, claim: PassClaim) -> None:
         pass
 
-    def job_ids(self, organization_id: int) -> list[int]:
+    def due_jobs(self, organization_id: int, version: int) -> list[int]:
         return []
 
-    def lock_done_items(self, job_id: int, after: int, limit: int) -> list[DoneItem]:
+    def lock_items_to_judge(
+        self, job_id: int, version: int, after: int, limit: int
+    ) -> list[DoneItem]:
         return []
+
+    def record_spoken(self, job_id: int, version: int, rows: Sequence[SpokenRow]) -> None:
+        pass
+
+    def finish_job(self, job_id: int, version: int) -> bool:
+        return False
 
     def done_item(self, job_id: int, item_id: int) -> DoneItem | None:
         return None
@@ -391,14 +419,17 @@ class FakeLexicon:
 class FakeUnitOfWork:
     """A unit of work over one FakeRepository that counts commits."""
 
-    # Typed, never set: the services under test do not reach them (exports, locks, tokens,
+    # Typed, never set: the services under test do not reach them (exports, feeds, locks, tokens,
     # sign-ins, resume, workers and the runner's moves have integration tests on both
     # databases).
     exports: Exports
     workers: Workers
     renders: Renders
+    feeds: Feeds
+    books: Books
     locks: Locks
     tokens: Tokens
+    sessions: Sessions
     sign_ins: SignIns
     resume: Resumes
     runs: Runs
@@ -406,7 +437,9 @@ class FakeUnitOfWork:
     webhooks: Webhooks
     deliveries: Deliveries
     takes: Takes
+    cast: Casts
     edits: Edits
+    idempotency: IdempotencyKeys
 
     def __init__(self, repo: FakeRepository) -> None:
         self.repo = repo

@@ -12,7 +12,7 @@ from unittest import mock
 
 from sqlalchemy import func, select, update
 
-from speechbatch.adapters.models import Item, Job, Worker
+from speechbatch.adapters.models import Item, Job, Run, Worker
 from speechbatch.adapters.passwords import hash_password
 from speechbatch.adapters.repositories import UserRecord
 from speechbatch.adapters.uow import Reader, SessionUowFactory, StatementReader, UowFactory
@@ -109,10 +109,27 @@ def set_items(svc: Services, job_id: int, *where: Any, **values: Any) -> None:
     resync_counters(svc, job_id)
 
 
+def new_worker(svc: Services) -> int:
+    """Register a worker (as a process does at its start); its id."""
+    with concrete(svc.uow_factory)() as uow:
+        worker_id = uow.workers.register_worker("test-host", 1)
+        uow.commit()
+    return worker_id
+
+
 def set_worker(svc: Services, worker_id: int, **values: Any) -> None:
     """Write worker columns directly."""
     with concrete(svc.uow_factory)() as uow:
         uow.session.execute(update(Worker).where(Worker.id == worker_id).values(**values))
+        uow.commit()
+
+
+def set_run(svc: Services, job_id: int, attempt: int, **values: Any) -> None:
+    """Write run columns directly (to age a run's beat)."""
+    with concrete(svc.uow_factory)() as uow:
+        uow.session.execute(
+            update(Run).where(Run.job_id == job_id, Run.attempt == attempt).values(**values)
+        )
         uow.commit()
 
 

@@ -6,34 +6,40 @@ import atexit
 import logging
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 from flask import Flask
 from flask_wtf.csrf import CSRFProtect
 from sqlalchemy import Engine
+from werkzeug.exceptions import NotFound
 from werkzeug.middleware.proxy_fix import ProxyFix
-from werkzeug.routing import IntegerConverter, Map
+from werkzeug.routing import IntegerConverter
 
 from speechbatch.adapters.db import make_engine, make_session_factory
+from speechbatch.adapters.postgres import libpq_url
 from speechbatch.adapters.providers import build_provider
 from speechbatch.adapters.providers.base import TTSProvider
+from speechbatch.adapters.providers.registry import voice_details
 from speechbatch.adapters.read import DocumentCache
 from speechbatch.adapters.repositories.deliveries import DeliveryRules
 from speechbatch.adapters.storage import build_storage
 from speechbatch.adapters.uow import SessionUowFactory, UowFactory
 from speechbatch.adapters.webhook_http import WebhookHTTP
 from speechbatch.config import Settings
-from speechbatch.runner.deliveries import LEASE_MARGIN_SECONDS, DeliverySenders
+from speechbatch.runner.builders import Builders
+from speechbatch.runner.deliveries import (
+    ATTEMPT_MARGIN_SECONDS,
+    LEASE_MARGIN_SECONDS,
+    DeliverySenders,
+)
+from speechbatch.runner.export_builder import wait_for_exports
 from speechbatch.runner.handoff import RunHandOff
 from speechbatch.runner.lifecycle import Runner, drain_all
+from speechbatch.runner.render_builder import wait_for_renders
+from speechbatch.runner.stale_pass import StalePasses
 from speechbatch.runner.worker import WorkerTier
 from speechbatch.services import Limits
-from speechbatch.services.export_queue import take_queued_exports
-from speechbatch.services.exports import wait_for_exports
-from speechbatch.services.lexicon import StalePasses
 from speechbatch.services.ports import Storage
-from speechbatch.services.render_builder import wait_for_renders
-from speechbatch.services.renders import take_queued_renders
+from speechbatch.shapes.accounts import VoiceDetail
 
 TEMPLATES_DIR = Path(__file__).resolve().parents[2] / "templates"
 STATIC_DIR = Path(__file__).resolve().parent / "static"
@@ -41,12 +47,15 @@ csrf = CSRFProtect()
 
 
 class DatabaseId(IntegerConverter):
-    """An ``<int:…>`` URL part that fits a database id (1 to 2**63 - 1)."""
+    """An ``<int:…>`` URL part: any digits; a number that no database id can be (0, or
+    beyond 2**63 - 1) names nothing and answers 404, as an id that does not exist (a
+    converter that only declined to match let another rule answer 405)."""
 
-    def __init__(self, map: Map, *args: Any, **kwargs: Any) -> None:
-        kwargs.setdefault("min", 1)
-        kwargs.setdefault("max", 2**63 - 1)
-        super().__init__(map, *args, **kwargs)
+    def to_python(self, value: str) -> int:
+        number = int(value)
+        if not 1 <= number <= 2**63 - 1:
+            raise NotFound()
+        return number
 
 
 @dataclass
@@ -63,6 +72,8 @@ class Services:
     runner: Runner
     # What clicks and cancels go through: ``runner``, or the hand-off to the worker tier.
     run_control: Runner | RunHandOff
+    # Where exports and renders started here are built (and a worker's taken ones).
+    builders: Builders
     # The engine of one-statement reads (autocommit, read-only sessions): the common poll.
     statement_engine: Engine | None = None
     # The JSON answers this process built lately, by job and version (read/documents.py).
@@ -83,6 +94,10 @@ class Services:
     def worker_tier(self) -> WorkerTier:
         """A worker process's tier (``flask --app wsgi worker``) around this runner."""
         return build_worker_tier(self)
+
+    def voice_details(self) -> list[VoiceDetail]:
+        """Every voice of the enabled providers with its provider, label and language."""
+        return voice_details(self.provider)
 
     @property
     def limits(self) -> Limits:
@@ -145,6 +160,7 @@ def webhook_senders(settings: Settings, runner: Runner) -> DeliverySenders:
     rules = DeliveryRules(
         lease_seconds=timeout + LEASE_MARGIN_SECONDS,
         worker_dead_seconds=settings.worker_dead_seconds,
+        attempt_seconds=timeout + ATTEMPT_MARGIN_SECONDS,
     )
     return DeliverySenders(
         runner.tx,
@@ -172,9 +188,10 @@ def build_services(settings: Settings, provider: TTSProvider | None = None) -> S
     storage = build_storage(settings)
     listen_dsn = None
     if engine.dialect.name == "postgresql":
-        # The slot listener's own connection (LISTEN): a plain psycopg DSN.
-        listen_dsn = engine.url.set(drivername="postgresql").render_as_string(hide_password=False)
-    stale_passes = StalePasses(uow_factory)
+        # The listeners' own connections (LISTEN): a direct one when the database URL goes
+        # through a pooler; through one they poll instead (adapters/notifications.py).
+        listen_dsn = libpq_url(settings.listen_database_url or settings.database_url)
+    stale_passes = StalePasses(uow_factory, provider.max_chars)
     runner = _make_runner(uow_factory, provider, storage, settings, listen_dsn, stale_passes)
     runner.background_work.append(webhook_senders(settings, runner))
     return Services(
@@ -185,6 +202,7 @@ def build_services(settings: Settings, provider: TTSProvider | None = None) -> S
         storage=storage,
         runner=runner,
         run_control=RunHandOff(provider) if settings.runs_in_workers else runner,
+        builders=Builders(uow_factory, storage, settings),
         statement_engine=statement_engine,
         listen_dsn=listen_dsn,
         stale_passes=stale_passes,
@@ -222,9 +240,8 @@ def build_worker_tier(services: Services) -> WorkerTier:
     uow_factory = services.uow_factory
     assert isinstance(uow_factory, SessionUowFactory)
     tier = WorkerTier(services.runner, uow_factory, services.listen_dsn)
-    storage, settings = services.storage, services.settings
-    tier.takers.append(lambda: take_queued_exports(uow_factory, storage, settings))
-    tier.takers.append(lambda: take_queued_renders(uow_factory, storage, settings))
+    tier.takers.append(services.builders.take_queued_exports)
+    tier.takers.append(services.builders.take_queued_renders)
     tier.drainers.append(wait_for_exports)
     tier.drainers.append(wait_for_renders)
     return tier

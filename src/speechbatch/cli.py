@@ -1,5 +1,5 @@
-"""Flask CLI commands: db upgrade, create-admin, create-token, recover, set-budget, gc,
-and worker (a process of the worker tier)."""
+"""Flask CLI commands: db upgrade, downgrade and check, create-admin, create-token,
+recover, set-budget, gc, and worker (a process of the worker tier)."""
 
 from __future__ import annotations
 
@@ -8,6 +8,7 @@ import secrets
 import shutil
 import signal
 import sys
+from collections.abc import Callable
 from typing import Any
 
 import click
@@ -15,8 +16,7 @@ from flask import Flask, current_app
 
 from speechbatch import services as svc
 from speechbatch.errors import SpeechbatchError
-from speechbatch.services import accounts, spending
-from speechbatch.services.schema import upgrade_database
+from speechbatch.services import accounts, schema, spending
 
 # Where create-admin (and the quick start's demo admin) read a password from.
 ADMIN_PASSWORD_VARIABLE = "SPEECHBATCH_ADMIN_PASSWORD"
@@ -81,7 +81,7 @@ def _register_quickstart(app: Flask) -> None:
     def quickstart(host: str, port: int, workers: int) -> None:
         """Migrate, create a demo admin and token, then serve the app with gunicorn."""
         s = _services()
-        upgrade_database(s.settings.database_url)
+        schema.upgrade_database(s.settings.database_url)
         email, organization = "admin@example.com", "demo"
         password = os.environ.get(ADMIN_PASSWORD_VARIABLE) or secrets.token_urlsafe(9)
         try:
@@ -115,11 +115,7 @@ def _register_operations(app: Flask) -> None:
     def db() -> None:
         """Database schema commands."""
 
-    @db.command("upgrade")
-    def db_upgrade() -> None:
-        """Apply the Alembic migrations (idempotent)."""
-        upgrade_database(_services().settings.database_url)
-        click.echo("database is at the latest revision")
+    _register_schema_commands(db)
 
     @app.cli.command("recover")
     def recover() -> None:
@@ -149,10 +145,68 @@ def _register_operations(app: Flask) -> None:
     def gc() -> None:
         """Delete stored files nothing refers to (older than an hour), temporary ones too."""
         s = _services()
-        deleted = spending.collect_garbage(s.uow_factory, s.storage)
-        for key in deleted:
+        collected = spending.collect_garbage(s.uow_factory, s.storage)
+        for step in collected.skipped:
+            click.echo(f"skipped {step}")
+        for key in collected.deleted:
             click.echo(f"deleted {key}")
-        click.echo(f"deleted {len(deleted)} file(s)")
+        click.echo(f"deleted {len(collected.deleted)} file(s)")
+
+
+def _register_schema_commands(db: click.Group) -> None:
+    """db upgrade, db downgrade REV and db check."""
+
+    @db.command("upgrade")
+    def db_upgrade() -> None:
+        """Apply the Alembic migrations the database lacks (idempotent); say which."""
+        url = _services().settings.database_url
+        applied = _migrated(lambda: schema.upgrade_database(url))
+        for step in applied:
+            click.echo(f"applied {step.revision}: {step.title}")
+        head = schema.check_database(url)[0].head
+        if applied:
+            click.echo(f"database is at {head} (the latest revision)")
+        else:
+            click.echo(f"nothing to apply: the database is at {head} (the latest revision)")
+
+    @db.command("downgrade")
+    @click.argument("revision")
+    def db_downgrade(revision: str) -> None:
+        """Revert the migrations newer than REVISION (an id, ``-1``, or ``base``)."""
+        url = _services().settings.database_url
+        reverted = _migrated(lambda: schema.downgrade_database(url, revision))
+        for step in reverted:
+            click.echo(f"reverted {step.revision}: {step.title}")
+        current = schema.check_database(url)[0].current
+        where = current or "base (no migration applied)"
+        click.echo(f"database is at {where}" if reverted else f"nothing to revert: at {where}")
+
+    @db.command("check")
+    def db_check() -> None:
+        """Exit non-zero, naming each difference, unless the database is at the latest
+        migration and its schema equals the models."""
+        state, differences = schema.check_database(_services().settings.database_url)
+        if state.current != state.head:
+            raise click.ClickException(
+                f"the database is at {state.current or 'base (no migration applied)'}, "
+                f"not at the latest revision {state.head}: run flask db upgrade"
+            )
+        if differences:
+            for line in differences:
+                click.echo(line)
+            raise click.ClickException(
+                f"{len(differences)} difference(s) between the models and the migrations "
+                f"(database at {state.head})"
+            )
+        click.echo(f"the models and the migrations agree (database at {state.head})")
+
+
+def _migrated(run: Callable[[], list[schema.Step]]) -> list[schema.Step]:
+    """Run a migration command; a refused one is one line and exit status 1."""
+    try:
+        return run()
+    except SpeechbatchError as exc:
+        raise click.ClickException(exc.message) from None
 
 
 def _register_worker(app: Flask) -> None:

@@ -12,8 +12,14 @@ from pathlib import Path
 from urllib.parse import unquote, urlsplit
 
 from speechbatch.errors import ConfigError
+from speechbatch.provider_settings import (
+    PaidProviders,
+    ProviderLimit,
+    check_providers,
+    provider_values,
+)
 
-PROVIDERS = ("espeak", "piper", "openai")
+PROVIDERS = ("espeak", "piper", "openai", "elevenlabs", "azure", "google", "polly")
 ENVIRONMENTS = ("development", "production")
 # web: every gunicorn process runs the jobs it claims; worker: web processes only claim,
 # and `flask --app wsgi worker` processes take the claimed runs and run them.
@@ -68,9 +74,10 @@ DEFAULT_TAKES_KEPT = 5
 class Settings:
     """Everything the app reads from its environment, validated once at start."""
 
-    database_url: str = "sqlite:///" + str(
-        (DEFAULT_INSTANCE_DIR / "speechbatch.adapters.db").resolve()
-    )
+    database_url: str = "sqlite:///" + str((DEFAULT_INSTANCE_DIR / "speechbatch.db").resolve())
+    # A direct PostgreSQL connection for LISTEN, when SPEECHBATCH_DATABASE_URL goes through
+    # a pooler (PgBouncer in transaction mode) where LISTEN receives nothing; None: that URL.
+    listen_database_url: str | None = None
     secret_key: str = field(default_factory=lambda: secrets.token_hex(32))
     env: str = "development"
     tts_provider: str = "espeak"
@@ -80,6 +87,8 @@ class Settings:
     tts_voices: tuple[str, ...] = OPENAI_VOICES
     lease_seconds: float = 1800.0
     worker_dead_seconds: float = 60.0
+    # How long a process retries an unreachable database before giving a unit of work up.
+    db_retry_seconds: float = 60.0
     item_concurrency: int = 4
     tts_timeout_seconds: float = 60.0
     tts_max_attempts: int = 4
@@ -105,6 +114,26 @@ class Settings:
     runner: str = "web"
     # Extra Piper voices (NAME.onnx with NAME.onnx.json) for the piper provider.
     piper_voices_dir: str | None = None
+    # Processes the piper provider speaks in (None: one per core; 0: in the process itself).
+    piper_processes: int | None = None
+    # Keys, endpoints and models of ElevenLabs, Azure, Google and Polly.
+    paid: PaidProviders = field(default_factory=PaidProviders)
+    # The providers enabled together (empty: tts_provider alone), and their own limits.
+    tts_providers: tuple[str, ...] = ()
+    provider_limits: Mapping[str, ProviderLimit] = field(default_factory=dict)
+
+    @property
+    def providers(self) -> tuple[str, ...]:
+        """The enabled providers, the default (``tts_provider``) first."""
+        return (self.tts_provider, *(p for p in self.tts_providers if p != self.tts_provider))
+
+    def limit_of(self, provider: str) -> tuple[int, int, float | None]:
+        """(concurrency, rpm, price per million) of one provider: its own, else the
+        deployment-wide settings."""
+        return self.provider_limits.get(provider, ProviderLimit()).over(
+            self.provider_concurrency, self.provider_rpm, self.tts_price_per_million_characters
+        )
+
     # Seconds before each retry of a failed webhook delivery; then it is FAILED.
     webhook_retry_schedule: tuple[float, ...] = (5, 60, 300, 1800, 7200, 21600, 43200, 86400)
     # Whether webhook URLs may reach private addresses; None: only in development.
@@ -161,11 +190,7 @@ class Settings:
             raise ConfigError(
                 f"SPEECHBATCH_RUNNER must be one of {', '.join(RUNNERS)}, not {self.runner!r}"
             )
-        if self.tts_provider not in PROVIDERS:
-            raise ConfigError(
-                f"SPEECHBATCH_TTS_PROVIDER must be one of {', '.join(PROVIDERS)}, "
-                f"not {self.tts_provider!r}"
-            )
+        check_providers(self.tts_provider, self.tts_providers, PROVIDERS)
         url = urlsplit(self.tts_base_url)
         if url.scheme not in ("http", "https") or not url.netloc:
             raise ConfigError(
@@ -175,6 +200,15 @@ class Settings:
             raise ConfigError(
                 "SPEECHBATCH_DATABASE_URL must be a sqlite:// or postgresql+psycopg:// URL"
             )
+        if self.listen_database_url is not None and not (
+            self.listen_database_url.startswith("postgresql")
+            and self.database_url.startswith("postgresql")
+        ):
+            raise ConfigError(
+                "SPEECHBATCH_LISTEN_DATABASE_URL must be a postgresql+psycopg:// URL, beside a "
+                "PostgreSQL SPEECHBATCH_DATABASE_URL"
+            )
+        self.paid.validate(self.providers)
         if self.tts_provider == "openai" and not self.tts_voices:
             raise ConfigError("SPEECHBATCH_TTS_VOICES must name at least one voice")
         self._check_numbers()
@@ -211,9 +245,11 @@ class Settings:
             (self.provider_rpm, 0, False, "PROVIDER_RPM", "0 (no limit) or more"),
             (self.trusted_proxies, 0, False, "TRUSTED_PROXIES", "0 (no proxy) or more"),
             (self.takes_kept, 1, False, "TAKES_KEPT", "at least 1"),
+            (self.piper_processes or 0, 0, False, "PIPER_PROCESSES", "0 (none) or more"),
             (self.export_lock_ttl_seconds, 0, True, "EXPORT_LOCK_TTL_SECONDS", "positive"),
             (self.render_lock_ttl_seconds, 0, True, "RENDER_LOCK_TTL_SECONDS", "positive"),
             (self.worker_dead_seconds, 0, True, "WORKER_DEAD_SECONDS", "positive"),
+            (self.db_retry_seconds, 0, False, "DB_RETRY_SECONDS", "0 (no retry) or more"),
         ]
         for value, least, exclusive, name, must in checks:
             if value < least or (exclusive and value == least):
@@ -241,9 +277,9 @@ class Settings:
             except ValueError:
                 raise ConfigError(f"{var} must be a number, not {raw!r}") from None
 
-        for name in ("database_url", "secret_key", "env", "tts_base_url", "tts_api_key",
-                     "tts_model", "storage_dir", "currency", "metrics_token",
-                     "storage_url", "piper_voices_dir"):  # fmt: skip
+        for name in ("database_url", "listen_database_url", "secret_key", "env",
+                     "tts_base_url", "tts_api_key", "tts_model", "storage_dir", "currency",
+                     "metrics_token", "storage_url", "piper_voices_dir"):  # fmt: skip
             raw = env.get("SPEECHBATCH_" + name.upper())
             if raw:
                 values[name] = raw.strip()
@@ -254,22 +290,18 @@ class Settings:
         voices = env.get("SPEECHBATCH_TTS_VOICES")
         if voices:
             values["tts_voices"] = tuple(v.strip() for v in voices.split(",") if v.strip())
-        for name in ("lease_seconds", "worker_dead_seconds", "tts_timeout_seconds",
+        for name in ("lease_seconds", "worker_dead_seconds", "db_retry_seconds",
+                     "tts_timeout_seconds",
                      "export_lock_ttl_seconds", "render_lock_ttl_seconds",
                      "tts_price_per_million_characters"):  # fmt: skip
             number(name, float)
         for name in ("item_concurrency", "tts_max_attempts", "provider_concurrency",
-                     "provider_rpm", "trusted_proxies", "takes_kept"):  # fmt: skip
+                     "provider_rpm", "trusted_proxies", "takes_kept",
+                     "piper_processes"):  # fmt: skip
             number(name, int)
-        presigned = env.get("SPEECHBATCH_STORAGE_PRESIGNED_DOWNLOADS", "").strip().lower()
-        if presigned:
-            if presigned not in BOOLEANS:
-                raise ConfigError(
-                    "SPEECHBATCH_STORAGE_PRESIGNED_DOWNLOADS must be true or false, "
-                    f"not {presigned!r}"
-                )
-            values["storage_presigned_downloads"] = BOOLEANS[presigned]
+        values.update(_presigned_values(env))
         values.update(_webhook_values(env))
+        values.update(provider_values(env, PROVIDERS))
         if values.get("env", "development") == "development" and "secret_key" not in values:
             values["secret_key"] = shared_secret_key(instance_dir or DEFAULT_INSTANCE_DIR)
         settings = cls(**values)  # type: ignore[arg-type]
@@ -277,6 +309,18 @@ class Settings:
         if settings.is_production and "secret_key" not in values:
             raise ConfigError("SPEECHBATCH_SECRET_KEY is required when SPEECHBATCH_ENV=production")
         return settings
+
+
+def _presigned_values(env: Mapping[str, str]) -> dict[str, object]:
+    """``storage_presigned_downloads`` when the environment sets it (true or false)."""
+    presigned = env.get("SPEECHBATCH_STORAGE_PRESIGNED_DOWNLOADS", "").strip().lower()
+    if not presigned:
+        return {}
+    if presigned not in BOOLEANS:
+        raise ConfigError(
+            f"SPEECHBATCH_STORAGE_PRESIGNED_DOWNLOADS must be true or false, not {presigned!r}"
+        )
+    return {"storage_presigned_downloads": BOOLEANS[presigned]}
 
 
 def _webhook_values(env: Mapping[str, str]) -> dict[str, object]:

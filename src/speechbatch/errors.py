@@ -24,6 +24,12 @@ class ConfigError(SpeechbatchError):
     code = "config_error"
 
 
+class MigrationFailed(SpeechbatchError):
+    """The migrations could not run."""
+
+    code = "migration_failed"
+
+
 class BadRequest(SpeechbatchError):
     """The request is malformed."""
 
@@ -62,10 +68,30 @@ class InvalidRule(ValidationError):
     code = "invalid_rule"
 
 
-class RuleTimeout(ValidationError):
-    """A lexicon rule ran out of time on a text: it has no spoken text with these rules."""
+class UnsupportedRegex(InvalidRule):
+    """A regex rule uses a construct that cannot run in linear time: nothing was changed."""
 
-    code = "rule_timeout"
+    code = "unsupported_regex"
+
+
+class SpokenTextTooLong(ValidationError):
+    """With the lexicon's rules this text would be spoken as more characters than an item
+    may have: it is never sent nor billed."""
+
+    code = "spoken_text_too_long"
+
+
+class TooManyReplacements(ValidationError):
+    """The lexicon's rules replace text in this line too often: it is never sent nor billed."""
+
+    code = "too_many_replacements"
+
+
+class IdempotencyKeyReused(ValidationError):
+    """This Idempotency-Key was sent with another request (method, path or body) within
+    the last 24 hours; use a new key for a new request."""
+
+    code = "idempotency_key_reused"
 
 
 class TooManySignIns(SpeechbatchError):
@@ -126,17 +152,22 @@ class JobNotComplete(Conflict):
     code = "job_not_complete"
 
 
+class IdempotencyKeyInProgress(Conflict):
+    """A request with this Idempotency-Key is still being processed; retry shortly."""
+
+    code = "idempotency_key_in_progress"
+
+
+class IdempotencyKeyTaken(IdempotencyKeyInProgress):
+    """Another request took this Idempotency-Key over while this one was creating: this
+    one created nothing, and answers what that one answers."""
+
+
 class LockHeld(SpeechbatchError):
     """The organization-level lock is held by a live holder."""
 
     code = "lock_held"
     status = 409
-
-
-class Fenced(SpeechbatchError):
-    """This run was declared dead or superseded; it may write nothing more."""
-
-    code = "fenced"
 
 
 class NotGenerating(Conflict):

@@ -130,7 +130,7 @@ def test_revoked_token_fails_at_once_on_every_worker(
     [
         ({"SPEECHBATCH_ENV": "prod"}, "SPEECHBATCH_ENV"),
         ({"SPEECHBATCH_ENV": "production"}, "SPEECHBATCH_SECRET_KEY"),
-        ({"SPEECHBATCH_TTS_PROVIDER": "polly"}, "SPEECHBATCH_TTS_PROVIDER"),
+        ({"SPEECHBATCH_TTS_PROVIDER": "nonesuch"}, "SPEECHBATCH_TTS_PROVIDER"),
         ({"SPEECHBATCH_RUNNER": "workers"}, "SPEECHBATCH_RUNNER"),
     ],
 )

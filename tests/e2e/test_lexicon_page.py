@@ -52,9 +52,10 @@ def test_write_check_save_and_preview_rules_by_keyboard(
         expect(page.locator("#lexicon-spoken")).to_contain_text(
             "Doctor Smith teaches sequel, not SQLite."
         )
-        page.fill("#lexicon-rules", "(a+)+ = x [regex]")
+        page.fill("#lexicon-rules", "(a)\\1 = x [regex]")
         page.click("button[value='check']")
         expect(page.locator("#lexicon-error")).to_contain_text("rule 1")
+        expect(page.locator("#lexicon-error")).to_contain_text("backreference")
         assert "Rule(" not in page.content()
         assert_fits(page)
         page.screenshot(path=str(SCREENSHOTS / f"lexicon-{width}.png"), full_page=True)

@@ -23,11 +23,28 @@ MAX_EXAMPLES = 15
 SINGLE = ("--phases", "examples,coverage,fuzzing")
 # A selection naming an item that is not the job's is well-formed but answers 422, as the
 # contract says ("Editing one line"): no schema can say which ids a job has. Likewise a
-# lexicon regex that is well-formed text but does not compile, matches empty text or may
-# run away answers 422 invalid_rule.
+# lexicon regex that is well-formed text but does not compile or matches empty text
+# answers 422 invalid_rule (unsupported_regex for a backreference or a lookaround), a
+# preview whose spoken text would be longer than an item 422 spoken_text_too_long, and an
+# import's file is any bytes (a schema cannot say "a .txt, .md or .epub document"): an
+# image answers 422 unsupported file type (offering its chapters too), and its chapters
+# any indexes (which chapters a document has no schema can say); a cover is any bytes too,
+# and what is not a JPEG or PNG answers 422. An Idempotency-Key that schemathesis sends
+# again with another body answers 422 idempotency_key_reused, as the contract says
+# ("Operators and integrators"): no schema can say which keys were used before. A request
+# refused for its size is refused: 413 (a form of more than 1,000 parts, as an import's
+# ``chapters`` past the document's maxItems can be) rejects invalid data as a 422 does.
 CONFIG = """
+[checks.negative_data_rejection]
+expected-statuses = [
+    "400", "401", "403", "404", "405", "406", "409", "413", "415", "422", "428", "429",
+]
+
 [[operations]]
-include-operation-id = ["regenerateJob", "estimateJob", "putLexicon", "lexiconImpact"]
+include-operation-id = [
+    "regenerateJob", "estimateJob", "putLexicon", "lexiconImpact", "previewLexicon",
+    "createJob", "importJob", "importChoices", "createRender", "createExport", "putJobCover",
+]
 checks.positive_data_acceptance.expected-statuses = [
     "2xx", "3xx", "401", "403", "404", "409", "422", "429",
 ]

@@ -10,6 +10,7 @@ fails the test.
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import signal
@@ -140,6 +141,24 @@ def test_metrics_count_into_one_folder_for_every_worker(quickstart: QuickStart) 
     )
     assert answer.status_code == 200
     assert answer.headers["Content-Type"].count("charset=") == 1
+
+
+def test_the_readmes_api_example_works_on_the_quick_start(quickstart: QuickStart) -> None:
+    # The README's first API example as written (its voice), on the port the quick start
+    # was given; the database file the README names is the one the quick start made.
+    readme = (quickstart.folder / "README.md").read_text()
+    body = json.loads(re.findall(r"-d '(\{[^']*\})'", readme)[0])
+    answer = requests.post(
+        f"{quickstart.base_url}/api/jobs",
+        json=body,
+        headers={"Authorization": f"Bearer {quickstart.token}", "Connection": "close"},
+        timeout=10,
+    )
+    assert answer.status_code == 201, answer.text
+    named = re.search(r"migrates `([^`]+)`", readme)
+    assert named is not None and (quickstart.folder / named[1]).is_file()
+    printed = re.search(r"database : (\S+)", "".join(quickstart.output))
+    assert printed and printed[1] == f"sqlite:///{(quickstart.folder / named[1]).resolve()}"
 
 
 def test_printed_token_works(quickstart: QuickStart) -> None:

@@ -176,3 +176,40 @@ def test_render_from_the_job_page_plays_seeks_and_downloads(
         expect(page.locator("#renders-list tbody tr")).to_have_count(1)
         assert_fits(page)
         page.screenshot(path=str(SCREENSHOTS / "job-renders-390.png"), full_page=True)
+
+
+def test_an_acx_render_shows_its_check_and_chapter_files(
+    server: tuple[GunicornServer, str, Path], browser: Browser
+) -> None:
+    app, token, _ = server
+    api = ApiClient(app.base_url, token)
+    job_id = imported_finished_job(api)
+    SCREENSHOTS.mkdir(parents=True, exist_ok=True)
+    for page in new_tab(browser, app.base_url):
+        sign_in(page)
+        page.goto(f"/jobs/{job_id}")
+        page.select_option("#render-preset", "acx")
+        page.click("#btn-render")
+        expect(page.locator(".flash-ok")).to_contain_text("(MP3) started")
+        row = reload_until_completed(page)
+        (render,) = api.request("GET", f"/api/jobs/{job_id}/renders").json()["renders"]
+        check = render["check"]
+        assert (render["preset"], check["preset"]) == ("acx", "acx")
+        expect(row.locator("a", has_text="Chapters (ZIP)")).to_have_attribute(
+            "href", render["chapter_files_url"]
+        )
+        verdict = row.locator(".check-verdict")
+        if check["passed"]:
+            expect(verdict).to_have_text("✓ Passes ACX")
+        else:
+            expect(row.locator(".check-failures li")).to_have_text(check["failures"])
+        row.locator(".check-figures summary").click()
+        expect(row.locator(".check-chapters .check-chapter")).to_have_text(TITLES)
+        page.screenshot(path=str(SCREENSHOTS / "job-render-check-1280.png"), full_page=True)
+        assert check["passed"], check["failures"]  # espeak's speech passes ACX's rules
+    for page in new_tab(browser, app.base_url, width=PHONE):
+        sign_in(page)
+        page.goto(f"/jobs/{job_id}#renders")
+        page.locator("#renders-list tbody tr").first.locator(".check-figures summary").click()
+        assert_fits(page)
+        page.screenshot(path=str(SCREENSHOTS / "job-render-check-390.png"), full_page=True)

@@ -12,6 +12,7 @@ from speechbatch.app import Services
 from speechbatch.services import create_admin, create_token
 from tests.fakes import FakeProvider
 from tests.helpers import set_items, view, wait_for
+from tests.integration.test_exports import sign_in
 
 
 def _create(client: FlaskClient, auth: dict[str, str], n: int = 2, **extra: object):  # type: ignore[no-untyped-def]
@@ -99,7 +100,13 @@ def test_second_generate_is_409_already_generating(
 
 
 def test_voices(client: FlaskClient, auth: dict[str, str]) -> None:
-    assert client.get("/api/voices", headers=auth).get_json() == {"voices": ["alloy", "echo"]}
+    assert client.get("/api/voices", headers=auth).get_json() == {
+        "voices": ["alloy", "echo"],
+        "details": [
+            {"name": "alloy", "provider": "fake", "label": "alloy", "language": ""},
+            {"name": "echo", "provider": "fake", "label": "echo", "language": ""},
+        ],
+    }
 
 
 @pytest.mark.parametrize(
@@ -228,9 +235,7 @@ def test_odd_ids_are_404(client: FlaskClient, auth: dict[str, str], path: str) -
 
 
 def test_session_write_without_csrf_header_is_400(client: FlaskClient, admin: UserRecord) -> None:
-    with client.session_transaction() as sess:
-        sess["user_id"] = admin.id
-        sess["org_id"] = admin.organization_id
+    sign_in(client, admin)
     assert client.get("/api/jobs").status_code == 200  # GETs ride on the session
     resp = client.post("/api/jobs", json={"title": "t", "voice": "alloy", "items": ["a"]})
     _error(resp, 400, "bad_request")

@@ -6,9 +6,21 @@ from pathlib import Path
 
 import pytest
 
-from speechbatch.adapters.documents import UnreadableDocument, read_document
+from speechbatch.adapters.documents import UnreadableDocument, read_book, read_document
 from speechbatch.domain.documents import split_document, spoken_text, squeeze
-from tests.support.epubs import SPOKEN, build_epub
+from tests.support.epubs import (
+    BOOK_AUTHOR,
+    BOOK_CHAPTERS,
+    BOOK_TITLE,
+    METADATA,
+    SPOKEN,
+    build_book_epub,
+    build_epub,
+    cover_png,
+    deflated,
+    hand_made_epub,
+    package,
+)
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "documents"
 
@@ -69,3 +81,36 @@ def test_epub_without_a_table_of_contents_has_a_chapter_per_spine_file() -> None
 def test_unreadable_files_are_refused(name: str, data: bytes, message: str) -> None:
     with pytest.raises(UnreadableDocument, match=message):
         read_document(name, data, "T")
+
+
+def test_an_epubs_front_and_back_matter_and_metadata_are_read() -> None:
+    book = read_book("book.epub", build_book_epub(), "")
+    assert (book.title, book.author, book.cover) == (BOOK_TITLE, BOOK_AUTHOR, cover_png())
+    # The cover by the guide and landmarks, the title page, imprint and copyright page by
+    # their epub:type, the colophon by its title.
+    assert [(s.title or BOOK_TITLE, not s.matter) for s in book.sections] == BOOK_CHAPTERS
+
+
+def test_the_guide_alone_marks_front_matter() -> None:
+    guide = b'<guide><reference type="copyright-page" href="c2.xhtml"/></guide>'
+    manifest = (
+        b'<item id="c1" href="c1.xhtml" media-type="application/xhtml+xml"/>'
+        b'<item id="c2" href="c2.xhtml" media-type="application/xhtml+xml"/>'
+    )
+    opf = package(manifest, b'<itemref idref="c1"/><itemref idref="c2"/>')
+    opf = opf.replace(b"</package>", guide + b"</package>")
+    page = b"<html><body><p>All rights reserved.</p></body></html>"
+    book = read_book("b.epub", hand_made_epub(deflated("OEBPS/c2.xhtml", page), opf=opf), "")
+    assert [s.matter for s in book.sections] == [False, True]
+    assert (book.title, book.author, book.cover) == ("Hand made", None, None)
+
+
+def test_metadata_is_one_line_within_bounds() -> None:
+    metadata = METADATA.replace(
+        b"<dc:language>",
+        b"<dc:creator>  Ann\n  Author\t </dc:creator><dc:creator>Bo</dc:creator>"
+        + b"<dc:language>",
+    ).replace(b"Hand made", b"T" * 5000)
+    book = read_book("b.epub", hand_made_epub(opf=package(metadata=metadata)), "")
+    assert book.author == "Ann Author, Bo"
+    assert book.title == "T" * 1000

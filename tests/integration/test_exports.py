@@ -31,14 +31,9 @@ from speechbatch.adapters.repositories.exports import ExportRepository, exports
 from speechbatch.adapters.repositories.job_locks import LockRepository, job_locks
 from speechbatch.app import Services
 from speechbatch.config import Settings
-from speechbatch.services import create_admin, create_token
-from speechbatch.services.exports import (
-    JOB_TYPE,
-    RECOVERED_MESSAGE,
-    scratch_dir,
-    spreadsheet_safe,
-    wait_for_exports,
-)
+from speechbatch.runner.export_builder import scratch_dir, spreadsheet_safe, wait_for_exports
+from speechbatch.services import create_admin, create_token, sessions
+from speechbatch.services.exports import JOB_TYPE, RECOVERED_MESSAGE
 from speechbatch.services.ports import Storage
 from tests.conftest import STORAGES, close_services, with_settings
 from tests.fakes import FakeProvider, fake_audio
@@ -86,8 +81,7 @@ def builders_end(app: Flask) -> Iterator[None]:
 def gate(svc: Services) -> Iterator[threading.Event]:
     """Hold every export's reads until the test sets the gate (set at teardown anyway)."""
     event = threading.Event()
-    plain = svc.storage
-    svc.storage = GatedStorage(plain, event)
+    svc.builders.storage = GatedStorage(svc.storage, event)
     try:
         yield event
     finally:
@@ -242,8 +236,8 @@ def test_second_export_while_one_is_live_answers_409(
 ) -> None:
     finished_job(client, auth, ["one", "two"])
     running = start(client, auth)
-    assert isinstance(svc.storage, GatedStorage)
-    assert svc.storage.opened.wait(10)  # the builder is mid-export, its lock live
+    assert isinstance(svc.builders.storage, GatedStorage)
+    assert svc.builders.storage.opened.wait(10)  # the builder is mid-export, its lock live
 
     began = time.monotonic()
     refused = client.post("/api/exports", headers=auth)
@@ -398,13 +392,16 @@ def test_slow_export_that_renews_its_lock_is_never_recovered(
     svc: Services,
 ) -> None:
     finished_job(client, auth, [f"item {i}" for i in range(8)])
-    # A lease shorter than the whole export (8 reads of 0.15 s): only renewal keeps it alive.
-    ttl = 0.6
+    # A lease shorter than the whole export (8 reads of 0.3 s): only renewal keeps it alive.
+    # Renewals come between reads, so a lease must outlast one read with room to spare: a
+    # read from SeaweedFS on a loaded CI machine took over 0.45 s, past a 0.6 s lease's
+    # renewal point, and the export was recovered.
+    ttl = 1.5
     slow_app: Flask = create_app(
         with_settings(settings, export_lock_ttl_seconds=ttl), provider=provider
     )
     slow_svc: Services = slow_app.extensions["speechbatch"]
-    slow_svc.storage = GatedStorage(slow_svc.storage, delay=0.15)
+    slow_svc.builders.storage = GatedStorage(slow_svc.storage, delay=0.3)
     slow = slow_app.test_client()
     try:
         export_id = start(slow, auth)["id"]
@@ -449,11 +446,10 @@ def test_failed_build_ends_failed_and_releases_the_lock(
     """A build whose reads fail, or whose upload finds the store down, ends FAILED with
     the error's message and leaves no archive, stored or local; the next one completes."""
     finished_job(client, auth, ["one"])
-    plain = svc.storage
-    svc.storage = broken(plain)
+    svc.builders.storage = broken(svc.storage)
 
     failed = wait_ended(client, auth, start(client, auth)["id"])
-    svc.storage = plain
+    svc.builders.storage = svc.storage
 
     assert failed["status"] == "FAILED"
     assert failed["error_message"].startswith("export failed: ")
@@ -475,10 +471,10 @@ def _scratch_files(svc: Services) -> list[Path]:
 
 
 def sign_in(client: FlaskClient, user: UserRecord) -> None:
-    """Give the test client a signed-in session."""
+    """Give the test client a signed-in session (opened on the server, as sign-in does)."""
+    secret = sessions.start_session(client.application.extensions["speechbatch"].uow_factory, user)
     with client.session_transaction() as session:
-        session["user_id"] = user.id
-        session["org_id"] = user.organization_id
+        session["sid"] = secret
         session["email"] = user.email
 
 

@@ -48,7 +48,7 @@ def test_items_take_keys_and_plain_texts(client: FlaskClient, auth: dict[str, st
         ([{"text": "a", "key": "\u00a0k"}], "A-Z a-z 0-9"),
         ([{"text": "", "key": "k"}], "empty"),
         ([{"key": "k"}], "not a text"),
-        ([{"text": "a", "key": "k", "extra": 1}], "other than text and key"),
+        ([{"text": "a", "key": "k", "extra": 1}], "other than text, key and speaker"),
     ],
 )
 def test_bad_keys_answer_422(
@@ -91,3 +91,30 @@ def test_export_names_keyed_items_by_key(client: FlaskClient, auth: dict[str, st
     plain = next(row for row in manifest if row["text"] == "second line")
     assert plain["key"] == "" and plain["file_name"].startswith(f"job-{job_id}/0002-item-")
     assert set(archive.namelist()) == {"manifest.csv", *(r["file_name"] for r in manifest)}
+
+
+def test_a_key_equal_to_another_items_file_name_makes_two_entries(
+    client: FlaskClient, auth: dict[str, str]
+) -> None:
+    # In a fresh database the first item is item 1, whose file is 0001-item-1.mp3.
+    created = _create(client, auth, ["first line", {"text": "second", "key": "0001-item-1"}])
+    job = created.get_json()
+    assert job["items"][0]["id"] == 1, "the key below names item 1's generated file"
+    assert client.post(f"/api/jobs/{job['id']}/generate", headers=auth).status_code == 202
+    wait_for(
+        lambda: (
+            client.get(f"/api/jobs/{job['id']}", headers=auth).get_json()["status"] == "COMPLETED"
+        )
+    )
+    done = wait_ended(client, auth, start(client, auth)["id"])
+    assert done["status"] == "COMPLETED", done
+    archive = zipfile.ZipFile(io.BytesIO(download(client, done["download_url"], auth)[2]))
+    manifest = list(csv.DictReader(io.StringIO(archive.read("manifest.csv").decode())))
+    names = archive.namelist()
+    assert len(names) == len(set(names)) == 3
+    entries = {row["text"]: row["file_name"] for row in manifest}
+    assert entries["second"] == f"job-{job['id']}/0001-item-1.mp3"  # the key keeps its name
+    assert entries["first line"] == f"job-{job['id']}/0001-item-1-2.mp3"
+    # Each row names its own item's audio.
+    for row in manifest:
+        assert int(row["bytes"]) == len(archive.read(row["file_name"]))

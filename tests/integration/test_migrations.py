@@ -3,14 +3,11 @@
 from __future__ import annotations
 
 from alembic import command
-from alembic.autogenerate import compare_metadata
-from alembic.migration import MigrationContext
 from alembic.script import ScriptDirectory
 from sqlalchemy import inspect, text
 
 from speechbatch.adapters.db import make_engine
-from speechbatch.adapters.migrate import alembic_config, upgrade
-from speechbatch.adapters.models import Base
+from speechbatch.adapters.migrate import alembic_config, downgrade, schema_differences, upgrade
 
 
 def test_there_is_one_head(database_url: str) -> None:
@@ -19,14 +16,7 @@ def test_there_is_one_head(database_url: str) -> None:
 
 
 def test_migrated_schema_matches_the_models(database_url: str) -> None:
-    engine = make_engine(database_url, pool=False)
-    try:
-        with engine.connect() as conn:
-            context = MigrationContext.configure(conn, opts={"compare_type": True})
-            diff = compare_metadata(context, Base.metadata)
-    finally:
-        engine.dispose()
-    assert diff == []
+    assert schema_differences(database_url) == []
 
 
 def test_upgrade_is_idempotent(database_url: str) -> None:
@@ -104,3 +94,23 @@ def test_counters_migration_backfills_existing_jobs(database_url: str) -> None:
     finally:
         engine.dispose()
     assert [tuple(r) for r in rows] == [(1, 1, 3, 1, 1), (0, 0, 0, 0, 1)]
+
+
+def test_every_migration_downgrades_to_base_and_upgrades_again(database_url: str) -> None:
+    """Whatever the number of revisions: each one's downgrade runs (newest first, down to
+    no table at all), and the upgrade after it gives the schema of the models again."""
+    revisions = [
+        script.revision
+        for script in ScriptDirectory.from_config(alembic_config(database_url)).walk_revisions()
+    ]
+    reverted = downgrade(database_url, "base")
+    engine = make_engine(database_url, pool=False)
+    try:
+        left = set(inspect(engine).get_table_names()) - {"alembic_version"}
+    finally:
+        engine.dispose()
+    assert [step.revision for step in reverted] == revisions
+    assert left == set()
+    applied = upgrade(database_url)
+    assert [step.revision for step in applied] == revisions[::-1]
+    assert schema_differences(database_url) == []

@@ -16,9 +16,8 @@ from speechbatch.adapters.providers import (
     ProviderError,
     RetryableProviderError,
     build_provider,
-    synthesize_with_retries,
 )
-from speechbatch.adapters.providers.base import CallNotSent, guarded
+from speechbatch.adapters.providers.base import CallNotSent, Delivery, RefusedKeyError, guarded
 from speechbatch.adapters.providers.openai import OpenAIProvider, parse_retry_after
 from speechbatch.config import Settings
 
@@ -194,10 +193,15 @@ def test_timeout_is_retryable(mocked: responses.RequestsMock) -> None:
     assert info.value.status is None
 
 
-def test_connection_error_is_retryable(mocked: responses.RequestsMock) -> None:
+def test_a_connection_error_of_unknown_origin_is_retryable_and_in_doubt(
+    mocked: responses.RequestsMock,
+) -> None:
+    """No connection of the transport saw it (a mocked transport): it may have been sent,
+    so it is billed as in doubt (real refusals and resets: test_in_doubt.py)."""
     mocked.post(URL, body=requests.ConnectionError("refused"))
-    with pytest.raises(RetryableProviderError, match="cannot reach provider"):
+    with pytest.raises(RetryableProviderError, match="connection lost") as info:
         make().synthesize("hi", "alloy")
+    assert info.value.delivery is Delivery.IN_DOUBT
 
 
 def test_unknown_voice_is_permanent_without_a_call(mocked: responses.RequestsMock) -> None:
@@ -221,7 +225,7 @@ def test_api_key_never_leaks(mocked: responses.RequestsMock) -> None:
             provider.synthesize("hi", "alloy")
         errors.append(info.value)
     assert [type(e) for e in errors] == [
-        PermanentProviderError,
+        RefusedKeyError,  # a 401: the refused key's own kind of permanent error
         RetryableProviderError,
         RetryableProviderError,
         PermanentProviderError,
@@ -252,48 +256,6 @@ def test_a_refusing_send_guard_keeps_the_request_from_leaving(
         assert provider.synthesize("hi", "alloy") == AUDIO
     assert checks == ["checked", "passed"]
     assert len(mocked.calls) == 1
-
-
-def test_a_refused_call_is_not_retried(mocked: responses.RequestsMock) -> None:
-    """CallNotSent is not a provider failure: the retry loop lets it through at once."""
-
-    def refuse() -> None:
-        raise CallNotSent()
-
-    labels: list[str] = []
-    with guarded(refuse), pytest.raises(CallNotSent):
-        synthesize_with_retries(
-            make(),
-            "hi",
-            "alloy",
-            max_attempts=3,
-            timeout_seconds=60,
-            sleep=lambda s: None,
-            on_result=lambda label, s: labels.append(label),
-        )
-    assert len(mocked.calls) == 0
-    assert labels == []
-
-
-def test_retries_through_503_then_succeeds(mocked: responses.RequestsMock) -> None:
-    mocked.post(URL, body="busy", status=503)
-    mocked.post(URL, body="busy", status=503, headers={"Retry-After": "2"})
-    mocked.post(URL, body=AUDIO)
-    waits: list[float] = []
-    labels: list[str] = []
-    audio = synthesize_with_retries(
-        make(),
-        "hi",
-        "alloy",
-        max_attempts=4,
-        timeout_seconds=60,
-        sleep=waits.append,
-        rand=lambda: 1.0,
-        on_result=lambda label, s: labels.append(label),
-    )
-    assert audio == AUDIO
-    assert waits == [0.5, 2.0]
-    assert labels == ["503", "503", "200"]
 
 
 def test_build_provider() -> None:

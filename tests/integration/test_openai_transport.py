@@ -8,10 +8,8 @@ seen from the outside.
 from __future__ import annotations
 
 import ssl
-import subprocess
 import threading
 from collections.abc import Callable, Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
@@ -19,85 +17,23 @@ import pytest
 from speechbatch.adapters.providers import RetryableProviderError
 from speechbatch.adapters.providers.base import CallNotSent, guarded
 from speechbatch.adapters.providers.openai import OpenAIProvider
+from tests.support.certificates import server_context
+from tests.support.local_provider import AUDIO, LocalProvider, serving
 
-AUDIO = b"\xff\xf3\x84\xc4" + b"\x00" * 200
-
-
-class _Handler(BaseHTTPRequestHandler):
-    protocol_version = "HTTP/1.1"  # keep-alive, as a real provider
-    disable_nagle_algorithm = True
-    server: _Server
-
-    def setup(self) -> None:
-        super().setup()
-        with self.server.lock:
-            self.server.connections += 1
-
-    def do_POST(self) -> None:
-        self.rfile.read(int(self.headers.get("Content-Length") or 0))
-        with self.server.lock:
-            self.server.paths.append(self.path)
-        if self.server.together is not None:
-            self.server.together.wait(5)
-        self.send_response(200)
-        self.send_header("Content-Type", "audio/mpeg")
-        self.send_header("Content-Length", str(len(AUDIO)))
-        self.end_headers()
-        self.wfile.write(AUDIO)
-
-    def log_message(self, format: str, *args: object) -> None:
-        """Quiet."""
-
-
-class _Server(ThreadingHTTPServer):
-    daemon_threads = True
-
-    def __init__(self, tls: ssl.SSLContext | None = None, together: int | None = None) -> None:
-        super().__init__(("127.0.0.1", 0), _Handler)
-        if tls is not None:
-            self.socket = tls.wrap_socket(self.socket, server_side=True)
-        self.scheme = "http" if tls is None else "https"
-        self.lock = threading.Lock()
-        self.connections = 0
-        self.paths: list[str] = []
-        # With a count, every request waits until that many are in flight together.
-        self.together = None if together is None else threading.Barrier(together)
-
-    @property
-    def url(self) -> str:
-        return f"{self.scheme}://127.0.0.1:{self.server_address[1]}/v1"
+Serve = Callable[..., LocalProvider]
 
 
 @pytest.fixture
-def serve() -> Iterator[type[_Server]]:
+def serve() -> Iterator[Serve]:
     """Start servers for the test (``serve(tls, together)``); all stop at its end."""
-    started: list[_Server] = []
-
-    class Started(_Server):
-        def __init__(self, tls: ssl.SSLContext | None = None, together: int | None = None):
-            super().__init__(tls, together)
-            started.append(self)
-            threading.Thread(target=self.serve_forever, args=(0.05,), daemon=True).start()
-
-    yield Started
-    for server in started:
-        server.shutdown()
-        server.server_close()
+    yield from serving()
 
 
 @pytest.fixture
 def tls_server_context(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> ssl.SSLContext:
     """A self-signed certificate for 127.0.0.1 (openssl), trusted through the environment."""
-    cert, key = tmp_path / "cert.pem", tmp_path / "key.pem"
-    subprocess.run(
-        ["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1",
-         "-subj", "/CN=127.0.0.1", "-addext", "subjectAltName=IP:127.0.0.1",
-         "-keyout", str(key), "-out", str(cert)],
-        check=True, capture_output=True,
-    )  # fmt: skip
+    context, cert = server_context(tmp_path)
     monkeypatch.setenv("REQUESTS_CA_BUNDLE", str(cert))
-    context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
-    context.load_cert_chain(cert, key)
     return context
 
 
@@ -123,7 +59,7 @@ def in_threads(n: int, call: Callable[[], bytes]) -> list[bytes]:
     return answers
 
 
-def test_a_thread_keeps_its_connection_between_calls(serve: type[_Server]) -> None:
+def test_a_thread_keeps_its_connection_between_calls(serve: Serve) -> None:
     server = serve()
     client = provider(server.url)
     for _ in range(3):
@@ -131,14 +67,14 @@ def test_a_thread_keeps_its_connection_between_calls(serve: type[_Server]) -> No
     assert (server.connections, len(server.paths)) == (1, 3)
 
 
-def test_calls_in_flight_together_never_share_a_connection(serve: type[_Server]) -> None:
+def test_calls_in_flight_together_never_share_a_connection(serve: Serve) -> None:
     server = serve(together=3)
     client = provider(server.url)
     assert in_threads(3, lambda: client.synthesize("hi", "alloy")) == [AUDIO] * 3
     assert (server.connections, len(server.paths)) == (3, 3)
 
 
-def test_a_connection_idle_too_long_is_replaced(serve: type[_Server]) -> None:
+def test_a_connection_idle_too_long_is_replaced(serve: Serve) -> None:
     server = serve()
     client = provider(server.url, idle=0.0)
     for _ in range(2):
@@ -148,7 +84,7 @@ def test_a_connection_idle_too_long_is_replaced(serve: type[_Server]) -> None:
 
 @pytest.mark.parametrize("scheme", ["http", "https"])
 def test_a_refusing_send_guard_sends_nothing(
-    serve: type[_Server], scheme: str, request: pytest.FixtureRequest
+    serve: Serve, scheme: str, request: pytest.FixtureRequest
 ) -> None:
     """The guard runs once, in the transport, before any connection is opened or used; a
     refusal raises CallNotSent and the server sees nothing. The next call is sent."""
@@ -172,7 +108,9 @@ def test_a_refusing_send_guard_sends_nothing(
 
 
 def test_the_environments_ca_bundle_is_trusted(
-    serve: type[_Server], tls_server_context: ssl.SSLContext, monkeypatch: pytest.MonkeyPatch
+    serve: Serve,
+    tls_server_context: ssl.SSLContext,
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     server = serve(tls_server_context)
     assert provider(server.url).synthesize("hi", "alloy") == AUDIO
@@ -183,7 +121,7 @@ def test_the_environments_ca_bundle_is_trusted(
 
 
 def test_the_environments_proxy_carries_the_call_and_the_guard_still_runs(
-    serve: type[_Server], monkeypatch: pytest.MonkeyPatch
+    serve: Serve, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     proxy = serve()
     monkeypatch.setenv("HTTP_PROXY", f"http://127.0.0.1:{proxy.server_address[1]}")

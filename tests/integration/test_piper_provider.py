@@ -95,7 +95,7 @@ def test_a_voice_loads_once_however_many_threads_ask() -> None:
         loads.append(files)
         return real.voice(JOE)
 
-    provider = PiperProvider(loader=loader)
+    provider = PiperProvider(processes=0, loader=loader)
 
     def speak(n: int) -> bytes:
         gate.wait()

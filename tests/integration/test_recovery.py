@@ -21,6 +21,7 @@ from tests.helpers import (
     new_job,
     set_items,
     set_job,
+    set_run,
     set_worker,
     statuses,
     view,
@@ -182,17 +183,37 @@ def test_recovery_waits_for_a_concurrent_stamp_and_loses(svc: Services, admin: U
     assert view(svc, admin, job_id)["status"] == "GENERATING"
 
 
-def test_dead_worker_is_found_by_its_heartbeat(svc: Services, admin: UserRecord) -> None:
+def _claimed_by_a_worker(svc: Services, admin: UserRecord) -> tuple[int, int, int]:
+    """A job claimed by worker host-a:4242: (job, attempt, worker)."""
     job_id = new_job(svc, admin)
     with concrete(svc.uow_factory)() as uow:
         worker_id = uow.workers.register_worker("host-a", 4242)
         uow.commit()
-    claim(svc, admin, job_id, worker_id=worker_id)
-    # Progress is recent (well within the 30 s lease) but the worker went silent.
+    attempt = claim(svc, admin, job_id, worker_id=worker_id)
+    assert attempt is not None
+    return job_id, attempt, worker_id
+
+
+def test_dead_worker_is_found_by_its_heartbeat(svc: Services, admin: UserRecord) -> None:
+    job_id, attempt, worker_id = _claimed_by_a_worker(svc, admin)
+    # Progress is recent (well within the 30 s lease) but the worker went silent: neither
+    # its own row nor its run's beat has been stamped for longer than WORKER_DEAD_SECONDS.
     set_worker(svc, worker_id, heartbeat_at=ago(31))
+    set_run(svc, job_id, attempt, heartbeat_at=ago(31))
     job = get_job(svc.uow_factory, svc.settings, admin, job_id)
     assert job["status"] == "FAILED"
     assert "host-a:4242 stopped heartbeating" in job["error_message"]
+    assert job["runs"][-1]["outcome"] == "RECOVERED"
+
+
+def test_a_run_a_live_worker_no_longer_beats_for_is_recovered(
+    svc: Services, admin: UserRecord
+) -> None:
+    """Liveness is the run's: its worker heartbeats on, but no longer for this run."""
+    job_id, attempt, _ = _claimed_by_a_worker(svc, admin)
+    set_run(svc, job_id, attempt, heartbeat_at=ago(31))
+    job = get_job(svc.uow_factory, svc.settings, admin, job_id)
+    assert job["status"] == "FAILED"
     assert job["runs"][-1]["outcome"] == "RECOVERED"
 
 

@@ -25,7 +25,7 @@ from flask.testing import FlaskClient
 from speechbatch.adapters.repositories import UserRecord
 from speechbatch.adapters.storage import LocalStorage
 from speechbatch.app import Services
-from speechbatch.services.render_builder import wait_for_renders
+from speechbatch.runner.render_builder import wait_for_renders
 from tests.conftest import STORAGES
 from tests.helpers import set_items, wait_for
 from tests.support.render_audio import (
@@ -40,7 +40,8 @@ from tests.support.render_audio import (
 
 RENDER_KEYS = {
     "id", "job_id", "status", "format", "error_message", "duration_seconds", "chapters",
-    "download_url", "captions", "created_at", "finished_at",
+    "download_url", "captions", "created_at", "finished_at", "preset", "check",
+    "chapter_files_url",
 }  # fmt: skip
 TONES = [
     Tone("Chapter one.", 0.8, 330, 0.3),
@@ -283,7 +284,7 @@ def test_second_render_of_a_job_is_refused_while_one_runs(
     gate = threading.Event()
     plain = svc.storage
     assert isinstance(plain, LocalStorage)
-    svc.storage = GatedStorage(plain.root, gate)
+    svc.builders.storage = GatedStorage(plain.root, gate)
     try:
         first = start(client, auth, job_id, format="mp3")
         refused = client.post(f"/api/jobs/{job_id}/renders", json={"format": "m4b"}, headers=auth)

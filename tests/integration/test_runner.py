@@ -17,7 +17,9 @@ from speechbatch.adapters.repositories import StaleJob, UserRecord
 from speechbatch.adapters.repositories.runs import RunsRepository
 from speechbatch.app import Services
 from speechbatch.config import Settings
-from speechbatch.runner import call as runner_module
+from speechbatch.runner import item as item_module
+from speechbatch.runner.attempt import Attempt
+from speechbatch.runner.steps import Steps
 from speechbatch.services import get_job, start_generation
 from tests.conftest import STORAGES, close_services, services, with_settings
 from tests.fakes import FakeProvider, fake_audio, permanent, retryable
@@ -242,14 +244,14 @@ def test_run_stalled_before_its_call_past_a_takeover_sends_nothing(
     app = create_app(with_settings(settings, worker_dead_seconds=2.0), provider=provider)
     svc = services(app)
     stall = _Stall()
-    real_call = runner_module.synthesize_with_retries
+    real_pace = item_module.pace
 
-    def stall_first_item(*args: Any, **kwargs: Any) -> bytes:
-        # Between start_item's fence and the fresh-fence check: exactly the zombie's window.
+    def stall_first_item(steps: Steps, attempt: Attempt) -> Attempt:
+        # Between the begin's fence and the send's fresh-fence check: the zombie's window.
         stall.here()
-        return real_call(*args, **kwargs)
+        return real_pace(steps, attempt)
 
-    monkeypatch.setattr(runner_module, "synthesize_with_retries", stall_first_item)
+    monkeypatch.setattr(item_module, "pace", stall_first_item)
     try:
         _zombie_pays_nothing(svc, admin, stall, lambda: provider.calls["text 1"])
     finally:

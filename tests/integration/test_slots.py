@@ -10,11 +10,11 @@ from dataclasses import replace
 from typing import Any
 
 import pytest
-from sqlalchemy import func, select, text
+from sqlalchemy import func, select, text, update
 
 from speechbatch.adapters.db import ago as db_ago
 from speechbatch.adapters.db import make_engine, make_session_factory
-from speechbatch.adapters.models import ProviderSlot
+from speechbatch.adapters.models import CastVoice, ProviderSlot
 from speechbatch.adapters.repositories import UserRecord
 from speechbatch.adapters.repositories.slots import SlotGrant
 from speechbatch.adapters.uow import SessionUowFactory
@@ -22,7 +22,7 @@ from speechbatch.app import Services
 from speechbatch.runner import gate as gate_module
 from speechbatch.runner.gate import POLL_SECONDS, ProviderGate
 from speechbatch.runner.transactions import Transactions
-from tests.helpers import claim, concrete, new_job, set_worker, wait_for
+from tests.helpers import claim, concrete, new_job, set_job, set_worker, wait_for
 
 DEAD = 30.0
 HOLD = 300.0
@@ -53,6 +53,8 @@ def _acquire(
             capacity=cap,
             worker_dead_seconds=kw.get("dead", DEAD),
             max_hold_seconds=kw.get("hold", HOLD),
+            first=kw.get("first", 0),
+            sharing=kw.get("sharing", ("", ())),
         )
         uow.commit()
     return grant
@@ -111,6 +113,33 @@ def test_concurrent_acquirers_never_exceed_the_cap(svc: Services, admin: UserRec
     assert _in_flight(svc) == 0
 
 
+def _age_slots(svc: Services, seconds: float) -> None:
+    """Move every slot's grant back in time (a holder dead for that long took it then)."""
+    with concrete(svc.uow_factory)() as uow:
+        uow.session.execute(update(ProviderSlot).values(acquired_at=db_ago(seconds)))
+        uow.commit()
+
+
+def test_a_slot_renewed_while_its_workers_beat_is_stale_is_not_reclaimed(
+    svc: Services, admin: UserRecord
+) -> None:
+    """Right after a database outage longer than WORKER_DEAD_SECONDS every beat is stale,
+    but a holder that renews its slot (right before its send) has just shown it is alive:
+    nobody else may take that slot and send too (found by tests/chaos/test_faults.py, seed
+    2: a stall of 2 s, then 3 calls in flight on 2 slots)."""
+    holder, other = _worker(svc), _worker(svc)
+    job_id, attempt = _running_job(svc, admin)
+    grant = _acquire(svc, holder, job_id, attempt, 1)
+    assert grant is not None
+    _age_slots(svc, DEAD + 5)
+    set_worker(svc, holder, heartbeat_at=db_ago(DEAD + 5))  # the outage: no beat came
+    with concrete(svc.uow_factory)() as uow:
+        assert uow.slots.renew_slot(grant)  # the holder is back first, and sends
+        uow.commit()
+    assert _acquire(svc, other, job_id, attempt, 1) is None
+    assert _in_flight(svc) == 1
+
+
 def test_a_dead_holders_slot_is_reclaimed(svc: Services, admin: UserRecord) -> None:
     dead_worker, live_worker = _worker(svc), _worker(svc)
     job_id, attempt = _running_job(svc, admin)
@@ -118,6 +147,7 @@ def test_a_dead_holders_slot_is_reclaimed(svc: Services, admin: UserRecord) -> N
     assert first is not None
     assert _acquire(svc, live_worker, job_id, attempt, 1) is None
     set_worker(svc, dead_worker, heartbeat_at=db_ago(DEAD + 5))  # SIGKILLed: no heartbeat
+    _age_slots(svc, DEAD + 5)
     second = _acquire(svc, live_worker, job_id, attempt, 1)
     assert second is not None
     assert (second.slot, second.token) == (first.slot, first.token + 1)
@@ -133,6 +163,7 @@ def test_a_dead_holders_slot_is_reclaimed_while_a_live_worker_holds_another(
     lost = _acquire(svc, dead_worker, job_id, attempt, 2)
     assert held is not None and lost is not None
     set_worker(svc, dead_worker, heartbeat_at=db_ago(DEAD + 5))
+    _age_slots(svc, DEAD + 5)
     again = _acquire(svc, live_worker, job_id, attempt, 2)
     assert again is not None
     assert (again.slot, again.token) == (lost.slot, lost.token + 1)
@@ -145,6 +176,7 @@ def test_a_stale_grant_does_not_release_the_slot(svc: Services, admin: UserRecor
     first = _acquire(svc, dead_worker, job_id, attempt, 1)
     assert first is not None
     set_worker(svc, dead_worker, heartbeat_at=db_ago(DEAD + 5))
+    _age_slots(svc, DEAD + 5)
     second = _acquire(svc, live_worker, job_id, attempt, 1)
     assert second is not None and second.slot == first.slot
     set_worker(svc, dead_worker, heartbeat_at=db_ago(0))  # the zombie wakes up
@@ -194,6 +226,28 @@ def test_a_job_holding_its_fair_share_waits_for_the_others(
     assert _acquire(svc, worker_id, small, small_attempt, 4) is not None
     assert _acquire(svc, worker_id, small, small_attempt, 4) is not None
     assert _in_flight(svc) == 4
+
+
+def test_a_job_whose_cast_speaks_through_a_provider_shares_that_providers_slots(
+    svc: Services, admin: UserRecord
+) -> None:
+    worker_id = _worker(svc)
+    narrated, narrated_attempt = _running_job(svc, admin)
+    cast, cast_attempt = _running_job(svc, admin)
+    set_job(svc, narrated, voice="google:en-US-Neural2-C")
+    # The other job's narrator is the default provider's; one of its speakers is Google's.
+    with concrete(svc.uow_factory)() as uow:
+        uow.session.add(CastVoice(job_id=cast, speaker="Bob", voice="google:en-US-Neural2-C"))
+        uow.commit()
+    google = {"first": 200_000, "sharing": ("google:", ())}
+    # Both jobs speak through Google: its two slots are one each, whoever asked first.
+    assert _acquire(svc, worker_id, narrated, narrated_attempt, 2, **google) is not None
+    assert _acquire(svc, worker_id, narrated, narrated_attempt, 2, **google) is None
+    assert _acquire(svc, worker_id, cast, cast_attempt, 2, **google) is not None
+    # The default provider's slots: only the cast job speaks through them (its narrator).
+    default = {"sharing": ("", ("google:",))}
+    assert _acquire(svc, worker_id, cast, cast_attempt, 2, **default) is not None
+    assert _acquire(svc, worker_id, cast, cast_attempt, 2, **default) is not None
 
 
 def test_a_lone_job_may_take_every_slot(svc: Services, admin: UserRecord) -> None:
@@ -279,7 +333,7 @@ def _gate_of_another_process(svc: Services, worker_id: int, url: str) -> Iterato
     settings = replace(svc.settings, provider_concurrency=1)
     engine = make_engine(url)
     factory = SessionUowFactory(make_session_factory(engine), make_session_factory(engine))
-    tx = Transactions(factory, lambda: False)
+    tx = Transactions(factory, lambda: False, svc.settings.db_retry_seconds)
     listen = None
     if engine.dialect.name == "postgresql":
         listen = engine.url.set(drivername="postgresql").render_as_string(hide_password=False)

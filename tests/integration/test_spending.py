@@ -22,7 +22,7 @@ from speechbatch.errors import BudgetExceeded
 from speechbatch.runner import audio_key as runner_audio_key
 from speechbatch.services import create_job, spending, start_generation
 from speechbatch.services.spending import cancel_generation
-from tests.conftest import STORAGES, close_services, services
+from tests.conftest import GC_STORAGES, STORAGES, close_services, services
 from tests.fakes import FakeProvider, fake_audio, retryable
 from tests.helpers import LIMITS, concrete, new_admin, new_job, statuses, view, wait_for
 from tests.integration.test_pages import sign_in, text_of
@@ -239,9 +239,14 @@ def test_a_refused_reservation_leaves_every_finished_item_done(
     reserve = SpendingRepository.reserve_characters
 
     def watched_reserve(
-        self: SpendingRepository, org: int, job: int, attempt: int, n: int
+        self: SpendingRepository,
+        org: int,
+        job: int,
+        attempt: int,
+        n: int,
+        provider: str | None = None,
     ) -> Reservation | None:
-        reservation = reserve(self, org, job, attempt, n)
+        reservation = reserve(self, org, job, attempt, n, provider)
         if reservation is None:
             with concrete(svc.uow_factory)(read_only=True) as other:
                 seen_at_refusal.append(
@@ -333,6 +338,7 @@ def test_usage_answers_this_months_ledger(
     assert body["month"] == time.strftime("%Y-%m", time.gmtime())
     assert body["billed_characters"] == 12 and body["provider_calls"] == 2
     assert body["budget_characters"] == 1000 and body["remaining_characters"] == 988
+    assert body["in_doubt_calls"] == 0 and body["in_doubt_characters"] == 0
 
 
 def test_set_budget_command(svc: Services, admin: UserRecord, client: FlaskClient) -> None:
@@ -486,7 +492,7 @@ def test_gc_deletes_old_unreferenced_and_temporary_files_only(
     assert svc.storage.exists(kept) and svc.storage.exists("jobs/998/fresh.mp3")
 
 
-@pytest.mark.parametrize("storage_kind", STORAGES, indirect=True)
+@pytest.mark.parametrize("storage_kind", GC_STORAGES, indirect=True)
 def test_gc_sweeps_the_folder_or_the_bucket_with_its_age_guard(
     svc: Services, admin: UserRecord, storage_kind: str
 ) -> None:
@@ -499,7 +505,7 @@ def test_gc_sweeps_the_folder_or_the_bucket_with_its_age_guard(
     svc.storage.write("jobs/999/1-a1.mp3", b"x")
     svc.storage.write("jobs/999/.tmp-abc.mp3", b"x")
     expected = ["jobs/999/.tmp-abc.mp3", "jobs/999/1-a1.mp3"]
-    if storage_kind == "s3":
+    if storage_kind != "folder":
         bucket = cast(Any, svc.storage)
         bucket.client.create_multipart_upload(
             Bucket=bucket.bucket, Key=bucket.prefix + "exports/1/export-9.zip"
@@ -507,8 +513,9 @@ def test_gc_sweeps_the_folder_or_the_bucket_with_its_age_guard(
         expected.insert(0, "exports/1/export-9.zip (unfinished upload)")
     time.sleep(2.5)
     svc.storage.write("jobs/998/fresh.mp3", b"x")
-    deleted = spending.collect_garbage(svc.uow_factory, svc.storage, min_age_seconds=2)
-    assert deleted == expected
+    collected = spending.collect_garbage(svc.uow_factory, svc.storage, min_age_seconds=2)
+    assert collected.deleted == expected
+    assert collected.skipped == []
     assert stored_keys(svc.storage) == sorted([kept, "jobs/998/fresh.mp3"])
     assert svc.storage.abort_uploads_older_than(0) == []
     assert read_stored(svc.storage, kept) == fake_audio("Keep me")
@@ -527,7 +534,8 @@ def test_estimate_counts_calls_characters_and_reuse(
         "items": 2,
         "characters": 7,
         "reused_items": 2,
-        "lexicon_timeouts": 0,
+        "too_long_items": 0,
+        "pending_items": 0,
         "price": None,
     }
     body = client.get(f"/api/jobs/{job_id}/estimate?regenerate=1", headers=auth).get_json()
@@ -535,7 +543,8 @@ def test_estimate_counts_calls_characters_and_reuse(
         "items": 3,
         "characters": 18,
         "reused_items": 1,
-        "lexicon_timeouts": 0,
+        "too_long_items": 0,
+        "pending_items": 0,
         "price": None,
     }
 

@@ -15,11 +15,21 @@ from speechbatch.adapters import metrics
 from speechbatch.adapters.repositories import UserRecord
 from speechbatch.adapters.repositories.deliveries import DeliveryRules
 from speechbatch.app import Services
+from speechbatch.runner.export_builder import wait_for_exports
 from speechbatch.services import create_job, start_generation
 from speechbatch.services import webhooks as hooks
-from speechbatch.services.exports import start_export, wait_for_exports
+from speechbatch.services.exports import start_export
 from tests.fakes import FakeProvider, permanent
-from tests.helpers import LIMITS, ago, concrete, new_admin, new_job, set_worker, wait_for
+from tests.helpers import (
+    LIMITS,
+    ago,
+    concrete,
+    new_admin,
+    new_job,
+    new_worker,
+    set_worker,
+    wait_for,
+)
 from tests.support.webhook_receiver import Receiver
 
 ALL_JOB_EVENTS = ["job.completed", "job.failed", "export.completed"]
@@ -133,7 +143,7 @@ def test_an_export_that_completes_is_told(
     svc = sending()
     user = new_admin(svc, "acme", "admin@acme.test")
     receiver.secret = _secret(svc, user, _hook(svc, user, receiver.url, ["export.completed"]))
-    export = start_export(svc.uow_factory, svc.settings, svc.storage, user)
+    export = start_export(svc.uow_factory, svc.settings, svc.builders, user)
     assert wait_for_exports(20)
     wait_for(lambda: receiver.count() == 1)
     payload = receiver.received[0].payload
@@ -176,14 +186,8 @@ def test_private_addresses_are_refused_by_ip_and_by_name(
     assert receiver.count() == 0
 
 
-RULES = DeliveryRules(lease_seconds=30.0, worker_dead_seconds=5.0)
-
-
-def _worker(svc: Services) -> int:
-    with concrete(svc.uow_factory)() as uow:
-        worker_id = uow.workers.register_worker("test-host", 1)
-        uow.commit()
-    return worker_id
+# No attempt in flight here (nothing is sent): a dead holder's delivery goes at once.
+RULES = DeliveryRules(lease_seconds=30.0, worker_dead_seconds=5.0, attempt_seconds=0.0)
 
 
 def test_one_sender_claims_a_delivery_and_a_dead_senders_is_claimed_again(
@@ -191,7 +195,7 @@ def test_one_sender_claims_a_delivery_and_a_dead_senders_is_claimed_again(
 ) -> None:
     webhook_id = _hook(svc, admin, "https://example.com/hook")
     hooks.ping(svc.uow_factory, admin, webhook_id)
-    workers = [_worker(svc) for _ in range(8)]
+    workers = [new_worker(svc) for _ in range(8)]
     barrier = threading.Barrier(len(workers))
     won: list[int] = []
 

@@ -17,11 +17,13 @@ from speechbatch.adapters.repositories import UserRecord
 from speechbatch.adapters.repositories.job_locks import job_locks
 from speechbatch.adapters.repositories.webhooks import webhook_events
 from speechbatch.app import Services
+from speechbatch.runner.builders import Builders
+from speechbatch.runner.export_builder import wait_for_exports
+from speechbatch.runner.render_builder import wait_for_renders
 from speechbatch.services import webhooks as hooks
 from speechbatch.services.exports import RECOVERED_MESSAGE as EXPORT_RECOVERED
-from speechbatch.services.exports import get_export, start_export, wait_for_exports
+from speechbatch.services.exports import get_export, start_export
 from speechbatch.services.ports import Storage
-from speechbatch.services.render_builder import wait_for_renders
 from speechbatch.services.renders import RECOVERED_MESSAGE, get_render, start_render
 from tests.helpers import ago, concrete, new_admin, wait_for
 from tests.support.render_audio import Tone, finished_job
@@ -100,6 +102,11 @@ def expire_lock(svc: Services, lock_id: int | None) -> None:
         uow.commit()
 
 
+def reading(svc: Services, storage: Storage) -> Builders:
+    """Builders of the app's database that read and write through ``storage``."""
+    return Builders(svc.uow_factory, storage, svc.settings)
+
+
 def lock_of(svc: Services, user: UserRecord, job_id: int, render_id: int) -> int | None:
     with svc.uow_factory(read_only=True) as uow:
         record = uow.renders.get_render(render_id, job_id, user.organization_id)
@@ -117,7 +124,7 @@ def render_told(
     if missing_audio:
         svc.storage.delete(f"jobs/{job_id}/tone-2.mp3")  # the build cannot read it
     body = {"format": "mp3"}
-    started = start_render(svc.uow_factory, svc.settings, svc.storage, user, job_id, body)
+    started = start_render(svc.uow_factory, svc.settings, svc.builders, user, job_id, body)
     assert wait_for_renders(30)
     (payload,) = delivered(receiver, 1)
     return payload, get_render(svc.uow_factory, user, job_id, started["id"])
@@ -147,8 +154,8 @@ def test_a_recovered_render_is_told_once_and_its_fenced_builder_tells_nothing(
     gate = threading.Event()
     try:
         started = start_render(
-            svc.uow_factory, svc.settings, GatedStorage(svc.storage, gate), user, job_id,
-            {"format": "mp3"},
+            svc.uow_factory, svc.settings, reading(svc, GatedStorage(svc.storage, gate)), user,
+            job_id, {"format": "mp3"},
         )  # fmt: skip
         expire_lock(svc, lock_of(svc, user, job_id, started["id"]))
         shown = get_render(svc.uow_factory, user, job_id, started["id"])  # recovers it
@@ -169,7 +176,7 @@ def test_an_export_is_told_once_in_its_ending_transaction_and_not_when_fenced(
 ) -> None:
     svc, user, receiver = told
     finished_job(svc, user, TONES)
-    done = start_export(svc.uow_factory, svc.settings, svc.storage, user)
+    done = start_export(svc.uow_factory, svc.settings, svc.builders, user)
     assert wait_for_exports(30)
     (payload,) = delivered(receiver, 1)
     assert payload["type"] == "export.completed"
@@ -178,7 +185,9 @@ def test_an_export_is_told_once_in_its_ending_transaction_and_not_when_fenced(
 
     gate = threading.Event()
     try:
-        fenced = start_export(svc.uow_factory, svc.settings, GatedStorage(svc.storage, gate), user)
+        fenced = start_export(
+            svc.uow_factory, svc.settings, reading(svc, GatedStorage(svc.storage, gate)), user
+        )
         with svc.uow_factory(read_only=True) as uow:
             record = uow.exports.get_export(fenced["id"], user.organization_id)
         assert record is not None
@@ -199,7 +208,8 @@ def test_an_export_is_told_once_in_its_ending_transaction_and_not_when_fenced(
 def test_an_export_that_fails_is_told_once(told: tuple[Services, UserRecord, Receiver]) -> None:
     svc, user, receiver = told
     finished_job(svc, user, TONES)
-    started = start_export(svc.uow_factory, svc.settings, BrokenStorage(svc.storage), user)
+    broken = reading(svc, BrokenStorage(svc.storage))
+    started = start_export(svc.uow_factory, svc.settings, broken, user)
     assert wait_for_exports(30)
     (payload,) = delivered(receiver, 1)
     shown = get_export(svc.uow_factory, user, started["id"])

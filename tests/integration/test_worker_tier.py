@@ -19,14 +19,13 @@ from speechbatch.adapters.repositories import UserRecord
 from speechbatch.app import Services
 from speechbatch.runner.worker import WorkerTier
 from speechbatch.services import create_job, get_job, spending, start_generation
-from speechbatch.services.export_queue import take_queued_exports
 from speechbatch.services.exports import (
     NO_WORKER_MESSAGE,
     QUEUED_HOLDER_PREFIX,
     get_export,
     start_export,
 )
-from speechbatch.services.renders import get_render, start_render, take_queued_renders
+from speechbatch.services.renders import get_render, start_render
 from speechbatch.services.spending import cancel_generation
 from tests.fakes import FakeProvider
 from tests.helpers import LIMITS, concrete, new_job, statuses, view, wait_for
@@ -244,7 +243,7 @@ def test_an_export_is_built_by_the_worker_that_takes_it(
     start_generation(web.uow_factory, web.settings, web.run_control, admin, job_id)
     assert tier.take_waiting_runs() == 1
     assert _finished(web, admin, job_id)["status"] == "COMPLETED"
-    export = start_export(web.uow_factory, web.settings, web.storage, admin)
+    export = start_export(web.uow_factory, web.settings, web.builders, admin)
     time.sleep(0.3)
     assert get_export(web.uow_factory, admin, export["id"])["status"] == "RUNNING"
     with web.uow_factory(read_only=True) as uow:
@@ -255,7 +254,7 @@ def test_an_export_is_built_by_the_worker_that_takes_it(
 
     def take() -> None:
         barrier.wait()
-        results.append(take_queued_exports(web.uow_factory, web.storage, web.settings))
+        results.append(web.builders.take_queued_exports())
 
     threads = [threading.Thread(target=take) for _ in range(4)]
     for t in threads:
@@ -277,7 +276,7 @@ def test_an_export_no_worker_takes_is_failed_with_a_message(
 ) -> None:
     # PostgreSQL's acquire_job_lock() takes whole seconds.
     web = make_svc(runner="worker", export_lock_ttl_seconds=1.0)
-    export = start_export(web.uow_factory, web.settings, web.storage, admin)
+    export = start_export(web.uow_factory, web.settings, web.builders, admin)
     time.sleep(1.3)
     failed = get_export(web.uow_factory, admin, export["id"])
     assert failed["status"] == "FAILED"
@@ -328,7 +327,7 @@ def test_a_render_is_built_by_the_worker_that_takes_it(web: Services, admin: Use
     in the tier's name, and of several workers exactly one takes it over and builds it."""
     job_id = finished_job(web, admin, [Tone("One.", 0.6, 330, 0.2), Tone("Two.", 0.8, 440, 0.2)])
     render = start_render(
-        web.uow_factory, web.settings, web.storage, admin, job_id, {"format": "mp3"}
+        web.uow_factory, web.settings, web.builders, admin, job_id, {"format": "mp3"}
     )
     time.sleep(0.3)
     assert get_render(web.uow_factory, admin, job_id, render["id"])["status"] == "RUNNING"
@@ -337,7 +336,7 @@ def test_a_render_is_built_by_the_worker_that_takes_it(web: Services, admin: Use
 
     def take() -> None:
         barrier.wait()
-        results.append(take_queued_renders(web.uow_factory, web.storage, web.settings))
+        results.append(web.builders.take_queued_renders())
 
     threads = [threading.Thread(target=take) for _ in range(3)]
     for t in threads:

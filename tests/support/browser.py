@@ -14,7 +14,7 @@ import tempfile
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from urllib.parse import parse_qs, urlsplit
 
@@ -113,13 +113,15 @@ def create_job(page: Page, title: str, lines: list[str], voice: str | None = Non
 
 @dataclass
 class Poll:
-    """One API answer the page received: path, query, status, If-None-Match sent, ETag."""
+    """One API answer the page received: path, query, status, If-None-Match sent, ETag,
+    and when (``time.monotonic()``)."""
 
     path: str
     query: dict[str, list[str]]
     status: int
     if_none_match: str | None
     etag: str | None
+    at: float = field(default_factory=time.monotonic)
 
 
 def record_polls(page: Page) -> list[Poll]:

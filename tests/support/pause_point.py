@@ -21,15 +21,16 @@ from typing import Any
 
 from wsgi import app
 
-import speechbatch.runner.call
+import speechbatch.runner.item
 from tests.support.server import PAUSE_DIR_VARIABLE, PAUSE_MARKER, PAUSED_FILE, RELEASE_FILE
 
 _PAUSE_DIR = os.environ.get(PAUSE_DIR_VARIABLE)
-_real_call = speechbatch.runner.call.synthesize_with_retries
+_real_pace = speechbatch.runner.item.pace
 
 
-def _pausing_call(provider: Any, text: str, voice: str, **kwargs: Any) -> bytes:
-    if _PAUSE_DIR and PAUSE_MARKER in text:
+def _pausing_pace(steps: Any, attempt: Any) -> Any:
+    """The item's pace step, after its fenced begin and before its send."""
+    if _PAUSE_DIR and PAUSE_MARKER in attempt.text:
         directory = Path(_PAUSE_DIR)
         # Written under another name and renamed: the test reads the pid as soon as the
         # file exists, and once found it empty (created, not yet written) on a loaded
@@ -39,9 +40,9 @@ def _pausing_call(provider: Any, text: str, voice: str, **kwargs: Any) -> bytes:
         os.replace(staged, directory / PAUSED_FILE)
         while not (directory / RELEASE_FILE).exists():
             time.sleep(0.01)
-    return _real_call(provider, text, voice, **kwargs)
+    return _real_pace(steps, attempt)
 
 
-speechbatch.runner.call.synthesize_with_retries = _pausing_call
+speechbatch.runner.item.pace = _pausing_pace
 
 __all__ = ["app"]

@@ -112,18 +112,20 @@ def finished_job(
 
 
 _CUE = re.compile(
-    r"(\d\d):(\d\d):(\d\d)[.,](\d{3}) --> (\d\d):(\d\d):(\d\d)[.,](\d{3})\n(.*)", re.MULTILINE
+    r"(\d\d):(\d\d):(\d\d)[.,](\d{3}) --> (\d\d):(\d\d):(\d\d)[.,](\d{3})\n((?:[^\n]+\n?)+)",
+    re.MULTILINE,
 )
 
 
 def parse_cues(text: str) -> list[tuple[float, float, str]]:
-    """(start, end, text) of every cue of a WebVTT or SubRip file."""
+    """(start, end, text) of every cue of a WebVTT or SubRip file (a cue's lines joined
+    by a line break)."""
 
     def seconds(h: str, m: str, s: str, ms: str) -> float:
         return int(h) * 3600 + int(m) * 60 + int(s) + int(ms) / 1000
 
     return [
-        (seconds(*match.groups()[0:4]), seconds(*match.groups()[4:8]), match.group(9))
+        (seconds(*match.groups()[0:4]), seconds(*match.groups()[4:8]), match.group(9).strip())
         for match in _CUE.finditer(text)
     ]
 
@@ -155,3 +157,60 @@ def expected_starts(tones: list[Tone], gaps: list[float]) -> list[float]:
         starts.append(at)
         at += int(tone.seconds * RATE) / RATE
     return starts
+
+
+def true_peak_db(samples: Samples) -> float:
+    """The true peak in dB, by scipy's polyphase 8x oversampling (not the app's filter)."""
+    import scipy.signal
+
+    return float(20 * np.log10(np.abs(scipy.signal.resample_poly(samples, 8, 1)).max()))
+
+
+def rms_db(samples: Samples) -> float:
+    """The RMS of every sample, in dB."""
+    return float(10 * np.log10(np.mean(np.square(samples))))
+
+
+def noise_floor_db(samples: Samples, rate: int) -> float:
+    """The RMS of the quietest half second (any start), in dB."""
+    width = rate // 2
+    sums = np.concatenate([[0.0], np.cumsum(np.square(samples))])
+    return float(10 * np.log10(max((sums[width:] - sums[:-width]).min() / width, 1e-30)))
+
+
+def quiet_ends(samples: Samples, rate: int, threshold_db: float = -50.0) -> tuple[float, float]:
+    """Seconds of quiet (10 ms windows below ``threshold_db``) at the start and the end."""
+    window = rate // 100
+    frames = len(samples) // window
+    levels = 10 * np.log10(
+        np.mean(np.square(samples[: frames * window].reshape(frames, window)), axis=1) + 1e-30
+    )
+    loud = np.flatnonzero(levels > threshold_db)
+    return float(loud[0] * window / rate), float(
+        len(samples) / rate - (loud[-1] + 1) * window / rate
+    )
+
+
+_MPEG1_LAYER3_KBPS = [0, 32, 40, 48, 56, 64, 80, 96, 112, 128, 160, 192, 224, 256, 320]
+_MPEG1_RATES = [44100, 48000, 32000]
+
+
+def mp3_frame_bit_rates(data: bytes) -> tuple[set[int], set[int], int]:
+    """(bit rates in kbps, sample rates, frame count) of every MPEG-1 Layer III frame
+    after the ID3v2 tag, read from the frame headers (a CBR file has one bit rate)."""
+    at = 0
+    if data[:3] == b"ID3":
+        size = data[6:10]
+        at = 10 + ((size[0] << 21) | (size[1] << 14) | (size[2] << 7) | size[3])
+    kbps, rates, frames = set(), set(), 0
+    while at + 4 <= len(data):
+        header = int.from_bytes(data[at : at + 4], "big")
+        if header >> 21 != 0x7FF or (header >> 17) & 0xF != 0b1101:  # sync, MPEG-1 Layer III
+            raise ValueError(f"not an MPEG-1 Layer III frame at byte {at}")
+        rate = _MPEG1_RATES[(header >> 10) & 3]
+        bit_rate = _MPEG1_LAYER3_KBPS[(header >> 12) & 0xF]
+        kbps.add(bit_rate)
+        rates.add(rate)
+        frames += 1
+        at += 144_000 * bit_rate // rate + ((header >> 9) & 1)
+    return kbps, rates, frames

@@ -18,6 +18,7 @@ Typical use (see tests/e2e/conftest.py for the fixtures built on these)::
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import os
 import re
@@ -26,6 +27,7 @@ import signal
 import socket
 import sqlite3
 import subprocess
+import tempfile
 import time
 import uuid
 from collections.abc import Callable, Iterator, Mapping
@@ -119,7 +121,7 @@ def drop_pg_database(url: str) -> None:
         conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
 
 
-SQLITE_FILE = "speechbatch.adapters.db"
+SQLITE_FILE = "speechbatch.db"
 
 
 def sqlite_url(directory: Path) -> str:
@@ -193,19 +195,43 @@ def cli(env: Mapping[str, str], *args: str, timeout: float = 60.0) -> str:
     return result.stdout
 
 
+# SQLite databases this test process bootstrapped through the CLI, kept aside: (org,
+# email, password) -> (folder of the copy, API token).
+_SQLITE_BOOTSTRAPS: dict[tuple[str, str, str], tuple[Path, str]] = {}
+
+
 def bootstrap(
     env: Mapping[str, str],
     org: str = ADMIN_ORG,
     email: str = ADMIN_EMAIL,
     password: str = ADMIN_PASSWORD,
 ) -> str:
-    """Migrate, create an admin, and return a fresh API token for it."""
+    """Migrate, create an admin, and return a fresh API token for it.
+
+    A new SQLite database (``sqlite_url``'s file, not there yet) is bootstrapped by the
+    CLI once per test process and copied after: each of the three CLI runs loads the app,
+    and the copy is the same database (its token valid in every copy).
+    """
+    url = env["SPEECHBATCH_DATABASE_URL"]
+    target = Path(url.removeprefix("sqlite:///")) if url.startswith("sqlite:///") else None
+    fresh_sqlite = target is not None and target.name == SQLITE_FILE and not target.exists()
+    key = (org, email, password)
+    if fresh_sqlite and target is not None and key in _SQLITE_BOOTSTRAPS:
+        kept, token = _SQLITE_BOOTSTRAPS[key]
+        copy_sqlite_database(kept, target.parent)
+        return token
     cli(env, "db", "upgrade")
     cli(env, "create-admin", "--org", org, "--email", email, "--password", password)
     out = cli(env, "create-token", "--email", email)
     lines = [line.strip() for line in out.splitlines() if line.strip()]
     if not lines:
         raise AssertionError("create-token printed nothing")
+    if fresh_sqlite and target is not None:
+        # The CLI runs have exited: the file is closed and whole.
+        kept = Path(tempfile.mkdtemp(prefix="speechbatch-bootstrap-"))
+        atexit.register(shutil.rmtree, kept, True)
+        copy_sqlite_database(target.parent, kept)
+        _SQLITE_BOOTSTRAPS[key] = (kept, lines[-1])
     return lines[-1]
 
 

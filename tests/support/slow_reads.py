@@ -29,7 +29,7 @@ class SlowReads(LocalStorage):
 
 app = create_app()
 services = app.extensions["speechbatch"]
-services.storage = SlowReads(services.storage.root)
+services.builders.storage = SlowReads(services.storage.root)
 '''
 
 
@@ -45,6 +45,48 @@ def slow_reads_server(
         env,
         tmp_path,
         app=f"{MODULE}:app",
+        extra_args=("--pythonpath", str(module_dir)),
+        **kwargs,
+    )
+
+
+HELD_MODULE = "held_reads_wsgi"
+HELD_WSGI = '''
+"""The app, with item audio reads held while a file exists: background work waits there."""
+
+import os
+import time
+
+from speechbatch import create_app
+from speechbatch.adapters.storage import LocalStorage
+
+
+class HeldReads(LocalStorage):
+    def open(self, key):
+        while key.startswith("jobs/") and os.path.exists({hold!r}):
+            time.sleep(0.02)
+        return super().open(key)
+
+
+app = create_app()
+services = app.extensions["speechbatch"]
+services.builders.storage = HeldReads(services.storage.root)
+'''
+
+
+def held_reads_server(
+    env: Mapping[str, str], tmp_path: Path, *, hold: Path, **kwargs: Any
+) -> GunicornServer:
+    """A GunicornServer (not started) of the app whose renders and exports wait before
+    each read of item audio for as long as the file ``hold`` exists: a test keeps them
+    RUNNING exactly as long as it needs. ``kwargs`` go to GunicornServer."""
+    module_dir = tmp_path / "wsgi"
+    module_dir.mkdir(exist_ok=True)
+    (module_dir / f"{HELD_MODULE}.py").write_text(HELD_WSGI.format(hold=str(hold)))
+    return GunicornServer(
+        env,
+        tmp_path,
+        app=f"{HELD_MODULE}:app",
         extra_args=("--pythonpath", str(module_dir)),
         **kwargs,
     )

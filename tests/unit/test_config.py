@@ -21,11 +21,10 @@ def test_defaults(tmp_path: Path) -> None:
     s = Settings.from_env({}, instance_dir=tmp_path)
     assert s.tts_provider == "espeak"
     assert s.lease_seconds == 1800 and s.worker_dead_seconds == 60
+    assert s.db_retry_seconds == 60
     assert s.item_concurrency == 4 and s.tts_max_attempts == 4 and s.tts_timeout_seconds == 60
     assert s.tts_voices == OPENAI_VOICES
-    assert s.database_url.startswith("sqlite:///") and s.database_url.endswith(
-        "speechbatch.adapters.db"
-    )
+    assert s.database_url.startswith("sqlite:///") and s.database_url.endswith("speechbatch.db")
     assert s.tts_model == "gpt-4o-mini-tts"
     assert s.provider_concurrency == 8 and s.provider_rpm == 0
     assert s.trusted_proxies == 0 and s.metrics_token is None
@@ -41,37 +40,55 @@ def test_values_are_read() -> None:
             "SPEECHBATCH_TTS_MAX_ATTEMPTS": "2",
             "SPEECHBATCH_LEASE_SECONDS": "7",
             "SPEECHBATCH_WORKER_DEAD_SECONDS": "3",
+            "SPEECHBATCH_DB_RETRY_SECONDS": "12.5",
             "SPEECHBATCH_ITEM_CONCURRENCY": "8",
             "SPEECHBATCH_TTS_API_KEY": "sk-secret",
             "SPEECHBATCH_PROVIDER_CONCURRENCY": "3",
             "SPEECHBATCH_PROVIDER_RPM": "120",
             "SPEECHBATCH_TRUSTED_PROXIES": "2",
             "SPEECHBATCH_METRICS_TOKEN": " scrape-secret ",
+            "SPEECHBATCH_PIPER_PROCESSES": "3",
         }
     )
+    assert s.piper_processes == 3
     assert s.trusted_proxies == 2 and s.metrics_token == "scrape-secret"
     assert "scrape-secret" not in repr(s)
     assert s.provider_concurrency == 3 and s.provider_rpm == 120
     assert s.tts_provider == "openai" and s.tts_voices == ("a", "b", "c")
     assert s.lease_seconds == 7 and s.worker_dead_seconds == 3 and s.item_concurrency == 8
+    assert s.db_retry_seconds == 12.5
     assert "sk-secret" not in repr(s)
 
 
 @pytest.mark.parametrize(
     "env,variable",
     [
-        ({"SPEECHBATCH_TTS_PROVIDER": "polly"}, "SPEECHBATCH_TTS_PROVIDER"),
+        ({"SPEECHBATCH_TTS_PROVIDER": "watson"}, "SPEECHBATCH_TTS_PROVIDER"),
         ({"SPEECHBATCH_TTS_BASE_URL": "not a url"}, "SPEECHBATCH_TTS_BASE_URL"),
         ({"SPEECHBATCH_TTS_BASE_URL": "ftp://host/v1"}, "SPEECHBATCH_TTS_BASE_URL"),
         ({"SPEECHBATCH_LEASE_SECONDS": "60"}, "SPEECHBATCH_LEASE_SECONDS"),
         ({"SPEECHBATCH_LEASE_SECONDS": "soon"}, "SPEECHBATCH_LEASE_SECONDS"),
         ({"SPEECHBATCH_ITEM_CONCURRENCY": "0"}, "SPEECHBATCH_ITEM_CONCURRENCY"),
+        ({"SPEECHBATCH_DB_RETRY_SECONDS": "-1"}, "SPEECHBATCH_DB_RETRY_SECONDS"),
+        ({"SPEECHBATCH_DB_RETRY_SECONDS": "a minute"}, "SPEECHBATCH_DB_RETRY_SECONDS"),
         ({"SPEECHBATCH_TTS_MAX_ATTEMPTS": "0"}, "SPEECHBATCH_TTS_MAX_ATTEMPTS"),
         ({"SPEECHBATCH_PROVIDER_CONCURRENCY": "0"}, "SPEECHBATCH_PROVIDER_CONCURRENCY"),
         ({"SPEECHBATCH_PROVIDER_RPM": "-1"}, "SPEECHBATCH_PROVIDER_RPM"),
         ({"SPEECHBATCH_TRUSTED_PROXIES": "-1"}, "SPEECHBATCH_TRUSTED_PROXIES"),
         ({"SPEECHBATCH_TRUSTED_PROXIES": "one"}, "SPEECHBATCH_TRUSTED_PROXIES"),
+        ({"SPEECHBATCH_PIPER_PROCESSES": "-1"}, "SPEECHBATCH_PIPER_PROCESSES"),
         ({"SPEECHBATCH_DATABASE_URL": "mysql://x"}, "SPEECHBATCH_DATABASE_URL"),
+        (
+            {"SPEECHBATCH_LISTEN_DATABASE_URL": "postgresql+psycopg://db/sb"},
+            "SPEECHBATCH_LISTEN_DATABASE_URL",
+        ),  # beside the SQLite default
+        (
+            {
+                "SPEECHBATCH_DATABASE_URL": "postgresql+psycopg://pool/sb",
+                "SPEECHBATCH_LISTEN_DATABASE_URL": "sqlite:///x.db",
+            },
+            "SPEECHBATCH_LISTEN_DATABASE_URL",
+        ),
         ({"SPEECHBATCH_ENV": "production"}, "SPEECHBATCH_SECRET_KEY"),
     ],
 )
@@ -161,3 +178,42 @@ def test_the_worker_tier_is_chosen_by_speechbatch_runner(tmp_path: Path, value: 
 def test_unknown_runner_stops_the_app(tmp_path: Path, value: str) -> None:
     with pytest.raises(ConfigError, match="SPEECHBATCH_RUNNER must be one of web, worker"):
         Settings.from_env({"SPEECHBATCH_RUNNER": value}, instance_dir=tmp_path)
+
+
+def test_a_listen_database_url_is_read_beside_a_postgresql_database_url(tmp_path: Path) -> None:
+    env = {
+        "SPEECHBATCH_DATABASE_URL": "postgresql+psycopg://app@pgbouncer:6432/sb",
+        "SPEECHBATCH_LISTEN_DATABASE_URL": " postgresql+psycopg://app@db:5432/sb ",
+    }
+    s = Settings.from_env(env, instance_dir=tmp_path)
+    assert s.listen_database_url == "postgresql+psycopg://app@db:5432/sb"
+    assert Settings.from_env({}, instance_dir=tmp_path).listen_database_url is None
+
+
+def test_paid_providers_read_their_variables() -> None:
+    settings = Settings.from_env(
+        {
+            "SPEECHBATCH_TTS_PROVIDER": "azure",
+            "SPEECHBATCH_AZURE_KEY": "k",
+            "SPEECHBATCH_AZURE_REGION": "westeurope",
+            "SPEECHBATCH_POLLY_SPEECH_MARKS": "true",
+            "SPEECHBATCH_SECRET_KEY": "x" * 32,
+        }
+    )
+    assert settings.paid.azure_url == "https://westeurope.tts.speech.microsoft.com"
+    assert settings.paid.polly_speech_marks is True
+    assert settings.paid.elevenlabs_model == "eleven_multilingual_v2"
+    assert "'k'" not in repr(settings)
+
+
+@pytest.mark.parametrize(
+    ("env", "variable"),
+    [
+        ({"SPEECHBATCH_TTS_PROVIDER": "azure"}, "SPEECHBATCH_AZURE_REGION"),
+        ({"SPEECHBATCH_POLLY_SPEECH_MARKS": "maybe"}, "SPEECHBATCH_POLLY_SPEECH_MARKS"),
+        ({"SPEECHBATCH_GOOGLE_BASE_URL": "ftp://x"}, "SPEECHBATCH_GOOGLE_BASE_URL"),
+    ],
+)
+def test_bad_paid_provider_settings_name_the_variable(env: dict[str, str], variable: str) -> None:
+    with pytest.raises(ConfigError, match=variable):
+        Settings.from_env({**env, "SPEECHBATCH_SECRET_KEY": "x" * 32})

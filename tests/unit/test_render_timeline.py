@@ -59,13 +59,13 @@ def test_items_before_the_first_chapter_make_a_chapter_of_the_title() -> None:
     assert timeline.chapters() == [ChapterMark("T", 0.0, 1.0), ChapterMark("Two", 1.0, 2.0)]
 
 
-def test_caption_cues_are_one_line_and_escaped() -> None:
+def test_caption_cues_keep_their_lines_drop_blank_ones_and_are_escaped() -> None:
     cue = Cue(3723.5, 3725.25, "A <b>bold</b> & \n\n new --> line")
     assert VTT_HEADER == "WEBVTT\n\n"
     assert vtt_cue(7, cue) == (
-        "7\n01:02:03.500 --> 01:02:05.250\nA &lt;b&gt;bold&lt;/b&gt; &amp; new -&gt; line\n\n"
+        "7\n01:02:03.500 --> 01:02:05.250\nA &lt;b&gt;bold&lt;/b&gt; &amp;\nnew -&gt; line\n\n"
     )
-    assert srt_cue(7, cue) == "7\n01:02:03,500 --> 01:02:05,250\nA <b>bold</b> & new -> line\n\n"
+    assert srt_cue(7, cue) == "7\n01:02:03,500 --> 01:02:05,250\nA <b>bold</b> &\nnew -> line\n\n"
 
 
 @pytest.mark.parametrize("piece", [1, 777, 2205, 100_000])

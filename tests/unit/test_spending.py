@@ -18,13 +18,13 @@ def test_fingerprint_differs_by_organization_voice_model_and_text() -> None:
 
 
 def test_plan_sends_identical_texts_once_and_skips_existing_audio() -> None:
-    requests = [("abc", "A"), ("abc", "A"), ("hello", "H"), ("xy", "X")]
+    requests = [(3, "A"), (3, "A"), (5, "H"), (2, "X")]
     plan = plan_calls(requests, existing={"H"})
     assert (plan.calls, plan.characters, plan.reused_items, plan.smallest_call) == (2, 5, 2, 2)
 
 
 def test_plan_of_nothing_to_send_has_no_smallest_call() -> None:
-    assert plan_calls([("a", "A")], existing={"A"}).smallest_call is None
+    assert plan_calls([(1, "A")], existing={"A"}).smallest_call is None
 
 
 def test_price_follows_the_configured_rate() -> None:

@@ -14,7 +14,6 @@ from speechbatch.config import Settings
 from speechbatch.domain.webhooks import (
     check_events,
     check_url,
-    forbidden_address,
     new_secret,
     next_wait,
     sign,
@@ -32,19 +31,6 @@ def test_the_signature_is_the_one_standardwebhooks_makes_and_verifies() -> None:
     assert signature == reference.sign("msg_1", datetime.fromtimestamp(now, UTC), body)
     headers = {"webhook-id": "msg_1", "webhook-timestamp": str(now), "webhook-signature": signature}
     assert reference.verify(body, headers)["type"] == "ping"
-
-
-@pytest.mark.parametrize(
-    ("address", "forbidden"),
-    [
-        ("127.0.0.1", True), ("10.1.2.3", True), ("192.168.0.1", True), ("172.16.0.1", True),
-        ("169.254.169.254", True), ("0.0.0.0", True), ("::1", True), ("::", True),
-        ("fe80::1%eth0", True), ("fd00::1", True), ("::ffff:127.0.0.1", True),
-        ("93.184.216.34", False), ("2606:2800:220:1::1", False), ("8.8.8.8", False),
-    ],
-)  # fmt: skip
-def test_forbidden_addresses(address: str, forbidden: bool) -> None:
-    assert forbidden_address(address) is forbidden
 
 
 def test_the_schedule_gives_each_wait_then_none() -> None:

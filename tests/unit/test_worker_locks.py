@@ -61,14 +61,15 @@ def test_a_test_waits_while_the_server_is_stopped() -> None:
     user.join(5)
 
 
+class Item:
+    def __init__(self, *marks: pytest.MarkDecorator) -> None:
+        self._marks = [m.mark for m in marks]
+
+    def iter_markers(self, name: str) -> list[pytest.Mark]:
+        return [m for m in self._marks if m.name == name]
+
+
 def test_a_chaos_test_is_known_by_its_group() -> None:
-    class Item:
-        def __init__(self, *marks: pytest.MarkDecorator) -> None:
-            self._marks = [m.mark for m in marks]
-
-        def iter_markers(self, name: str) -> list[pytest.Mark]:
-            return [m for m in self._marks if m.name == name]
-
     group = workers.CHAOS_GROUP
     assert workers.is_chaos_test(Item(pytest.mark.xdist_group(group)))
     assert workers.is_chaos_test(Item(pytest.mark.xdist_group(name=group)))

@@ -2,6 +2,9 @@
 
 Every lease computation uses the database's clock (``clock_timestamp()`` on PostgreSQL),
 never a web server's, so several machines with skewed clocks agree.
+
+PostgreSQL may be reached directly or through a pooler in transaction mode (PgBouncer):
+``postgres.py`` sets each connection up for what it goes through.
 """
 
 from __future__ import annotations
@@ -23,7 +26,7 @@ from sqlalchemy import (
     exc,
     literal,
 )
-from sqlalchemy.engine import URL, Dialect, make_url
+from sqlalchemy.engine import Dialect, make_url
 from sqlalchemy.ext.compiler import compiles
 from sqlalchemy.orm import DeclarativeBase, sessionmaker
 from sqlalchemy.pool import NullPool
@@ -31,7 +34,7 @@ from sqlalchemy.sql.compiler import SQLCompiler
 from sqlalchemy.sql.expression import ColumnElement, FunctionElement
 from sqlalchemy.types import TypeDecorator
 
-from speechbatch.errors import ConfigError
+from speechbatch.adapters.postgres import driver_arguments, make_pg_sessions, transaction_limits
 
 NAMING_CONVENTION = {
     "ix": "ix_%(column_0_label)s",
@@ -41,15 +44,11 @@ NAMING_CONVENTION = {
     "pk": "pk_%(table_name)s",
 }
 
-# How long a read's recovery waits for a row (PostgreSQL's lock_timeout, for every session)
-# or for SQLite's write lock (its impatient writer): a process frozen inside a transaction
-# holds them until it wakes or dies, and a read must answer the state as it is meanwhile.
+# How long a read's recovery waits for a row (PostgreSQL's lock_timeout, for every
+# transaction) or for SQLite's write lock (its impatient writer): a process frozen inside a
+# transaction holds them until it wakes or dies, and a read must answer the state as it is
+# meanwhile.
 LOCK_TIMEOUT_MS = 2000
-# A session that a frozen process left open must not hold a job's row for long.
-PG_SESSION_OPTIONS = (
-    f"-c lock_timeout={LOCK_TIMEOUT_MS} -c statement_timeout=30000"
-    " -c idle_in_transaction_session_timeout=10000"
-)
 SQLITE_BUSY_TIMEOUT_MS = 30000
 # A pooled PostgreSQL connection is pinged at checkout only when it sat unused in the pool
 # longer than this (see _ping_after_idle).
@@ -152,12 +151,12 @@ def make_engine(url: str, *, pool: bool = True, statement_reads: bool = False) -
     ``statement_reads=True`` makes an engine for reads of one statement each: no BEGIN is
     sent (autocommit; one statement is one snapshot on both databases) and every session
     of its connections is read only (PostgreSQL's ``default_transaction_read_only``,
-    SQLite's ``PRAGMA query_only``), so a write through it fails in the database.
+    SQLite's ``PRAGMA query_only``), so a write through it fails in the database. (Through
+    a pooler, where no session is the app's own, its units are read-only transactions.)
 
-    A PostgreSQL URL may say when psycopg prepares a statement: ``?prepare_threshold=N``
-    (after N runs on a connection; psycopg's default is 5) or ``?prepare_threshold=none``
-    (never: for a PgBouncer in transaction mode that does not track prepared statements,
-    see docs/architecture.md).
+    A PostgreSQL URL may say when psycopg prepares a statement on a direct connection:
+    ``?prepare_threshold=N`` (after N runs on a connection; psycopg's default is 5) or
+    ``?prepare_threshold=none`` (never). Through a pooler nothing is prepared.
     """
     kwargs: dict[str, Any] = {}
     if url.startswith("sqlite"):
@@ -169,12 +168,10 @@ def make_engine(url: str, *, pool: bool = True, statement_reads: bool = False) -
         engine = create_engine(url, **kwargs)
         _make_sqlite_immediate(engine, statement_reads=statement_reads)
         return engine
-    parsed, connect_args = _driver_arguments(make_url(url))
-    options = PG_SESSION_OPTIONS
+    parsed, connect_args = driver_arguments(make_url(url))
     if statement_reads:
-        options += " -c default_transaction_read_only=on"
         kwargs["isolation_level"] = "AUTOCOMMIT"
-    kwargs["connect_args"] = {"options": options, **connect_args}
+    kwargs["connect_args"] = connect_args
     if pool and statement_reads:
         # Only request threads read through it (the runner's transactions do not).
         kwargs.update(pool_timeout=10, pool_size=4, max_overflow=8)
@@ -183,29 +180,9 @@ def make_engine(url: str, *, pool: bool = True, statement_reads: bool = False) -
     else:
         kwargs["poolclass"] = NullPool
     engine = create_engine(parsed, **kwargs)
+    make_pg_sessions(engine, transaction_limits(LOCK_TIMEOUT_MS), statement_reads=statement_reads)
     _ping_after_idle(engine)
     return engine
-
-
-def _driver_arguments(url: URL) -> tuple[URL, dict[str, Any]]:
-    """The URL without the query parameters that psycopg takes as typed keywords, and
-    those keywords: SQLAlchemy would pass ``prepare_threshold`` on as a string."""
-    value = url.query.get("prepare_threshold")
-    if value is None:
-        return url, {}
-    if not isinstance(value, str):
-        raise ConfigError("prepare_threshold is given more than once in the database URL")
-    threshold: int | None
-    if value.strip().lower() == "none":
-        threshold = None
-    else:
-        try:
-            threshold = int(value)
-        except ValueError:
-            raise ConfigError(
-                f"prepare_threshold in the database URL must be a number or none, not {value!r}"
-            ) from None
-    return url.difference_update_query(["prepare_threshold"]), {"prepare_threshold": threshold}
 
 
 def _ping_after_idle(engine: Engine) -> None:

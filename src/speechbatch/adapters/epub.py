@@ -1,25 +1,26 @@
-"""Reading an EPUB (``ebooklib``) into sections: one per entry of its table of contents,
-or one per spine document when it has none.
+"""Reading an EPUB into sections: one per entry of its table of contents, or one per
+spine page when it has none.
 
-Each spine document's XHTML is walked in order; block elements (paragraphs, headings,
-list items, table cells, ...) end a paragraph; scripts, styles and images are left out.
-A table of contents entry (``file.xhtml`` or ``file.xhtml#anchor``) starts its chapter at
-that file, or at the element with that id.
+The archive and the package are read within bounds by ``adapters/epub_package``. Each
+spine page is parsed as it streams out of the archive by lxml's HTML parser with a
+target (no tree is built, so a page's size costs no memory): block elements
+(paragraphs, headings, list items, table cells, ...) end a paragraph; scripts, styles and
+images are left out. A table of contents entry (``file.xhtml`` or ``file.xhtml#anchor``)
+starts its chapter at that file, or at the element with that id. A chapter is front or
+back matter when the guide or the landmarks name its page, when its page opens with an
+element whose ``epub:type`` says so, or when its title is such a page's (``Colophon``).
 """
 
 from __future__ import annotations
 
-import io
-from collections.abc import Iterator
-from dataclasses import dataclass, field
-from typing import Any
+import re
+from dataclasses import dataclass, field, replace
 
-import ebooklib
-from ebooklib import epub
-from lxml import etree, html
+from lxml import etree
 
-from speechbatch.adapters.documents import UnreadableDocument
-from speechbatch.domain.documents import Section
+from speechbatch.adapters.document_bounds import ReadBudget
+from speechbatch.adapters.epub_package import MATTER_TYPES, Package, Page
+from speechbatch.domain.documents import Book, Section
 
 _BLOCKS = frozenset(
     [
@@ -58,129 +59,120 @@ _BLOCKS = frozenset(
 )
 _HEADINGS = frozenset(["h1", "h2", "h3", "h4", "h5", "h6"])
 _SKIPPED = frozenset(["script", "style", "img", "svg", "math", "head", "title"])
+_MATTER_TITLE = re.compile(
+    r"(the )?(cover|title ?page|half[- ]?title|imprint|colophon|(un)?copyright( page)?|"
+    r"table of contents|contents)",
+    re.IGNORECASE,
+)
 
 
 @dataclass
 class _Walk:
-    """Paragraphs of one XHTML document, and where each id'd element starts."""
+    """An lxml parser target: the paragraphs of one page, and where each id'd element
+    starts. Events arrive in document order: start, text, children, end, tail."""
 
+    budget: ReadBudget
     paragraphs: list[str] = field(default_factory=list)
     headings: set[int] = field(default_factory=set)
     anchors: dict[str, int] = field(default_factory=dict)
     current: list[str] = field(default_factory=list)
     heading: bool = False
+    skipping: int = 0  # depth inside a left-out element
+    matter: bool = False  # an element before the page's first text says it is matter
 
     def flush(self) -> None:
         text = "".join(self.current)
         if text.strip():
+            self.budget.spend_paragraph(text)
             if self.heading:
                 self.headings.add(len(self.paragraphs))
             self.paragraphs.append(text)
         self.current = []
         self.heading = False
 
+    def start(self, tag: str, attrib: dict[str, str]) -> None:
+        self.budget.tick()
+        name = _local(tag)
+        if self.skipping or name in _SKIPPED:
+            self.skipping += 1
+            return
+        if name in _BLOCKS:
+            self.flush()
+        kinds = set(attrib.get("epub:type", "").lower().split())
+        if kinds & MATTER_TYPES and not self.paragraphs and not "".join(self.current).strip():
+            self.matter = True
+        ident = attrib.get("id")
+        if ident is not None:
+            self.anchors.setdefault(ident, len(self.paragraphs))
+        self.heading = self.heading or name in _HEADINGS
 
-def _local(tag: Any) -> str:
-    return etree.QName(tag).localname.lower() if isinstance(tag, str) else ""
+    def end(self, tag: str) -> None:
+        if self.skipping:
+            self.skipping -= 1
+        elif _local(tag) in _BLOCKS:
+            self.flush()
+
+    def data(self, text: str) -> None:
+        if not self.skipping:
+            self.current.append(text)
+
+    def close(self) -> None:
+        self.flush()
 
 
-def _walk(element: Any, walk: _Walk) -> None:
-    tag = _local(element.tag)
-    if tag in _SKIPPED or not isinstance(element.tag, str):
-        if element.tail:
-            walk.current.append(element.tail)
-        return
-    block = tag in _BLOCKS
-    if block:
-        walk.flush()
-    ident = element.get("id")
-    if ident is not None:
-        walk.anchors.setdefault(ident, len(walk.paragraphs))
-    walk.heading = walk.heading or tag in _HEADINGS
-    if element.text:
-        walk.current.append(element.text)
-    for child in element:
-        _walk(child, walk)
-    if block:
-        walk.flush()
-    if element.tail:
-        walk.current.append(element.tail)
+def _local(tag: str) -> str:
+    """A tag's name without its namespace or prefix, in lower case."""
+    return tag.rpartition("}")[2].rpartition(":")[2].lower()
 
 
-def _paragraphs(content: bytes) -> _Walk:
-    walk = _Walk()
-    if not content.strip():
-        return walk
-    root = html.document_fromstring(content)
-    body = root.find(".//body")
-    _walk(body if body is not None else root, walk)
-    walk.flush()
+def _walk(package: Package, page: Page, budget: ReadBudget) -> _Walk:
+    walk = _Walk(budget)
+    parser = etree.HTMLParser(target=walk, no_network=True)
+    for chunk in package.read_page(page):
+        parser.feed(chunk)
+        budget.check_clock()
+    parser.close()
     return walk
 
 
-def _toc_entries(toc: Any) -> Iterator[tuple[str, str]]:
-    """(title, href) of every table of contents entry, depth first."""
-    for entry in toc if isinstance(toc, list | tuple) else [toc]:
-        if isinstance(entry, tuple | list):
-            section, children = entry[0], entry[1]
-            if getattr(section, "href", None):
-                yield section.title or "", section.href
-            yield from _toc_entries(children)
-        elif getattr(entry, "href", None):
-            yield entry.title or "", entry.href
-
-
-def _open(data: bytes) -> epub.EpubBook:
-    try:
-        return epub.read_epub(io.BytesIO(data), options={"ignore_ncx": False})
-    except Exception as exc:
-        # ebooklib lets whatever a broken archive causes escape (KeyError, AttributeError,
-        # lxml's errors, ...): every one of them means the upload is not a readable EPUB.
-        raise UnreadableDocument(
-            f"the file is not a readable EPUB ({type(exc).__name__}: {exc})"[:300], field="file"
-        ) from None
-
-
-def _is_nav(item: Any) -> bool:
-    """The EPUB 3 navigation page: the table of contents itself, not the book's text."""
-    return isinstance(item, epub.EpubNav) or "nav" in (getattr(item, "properties", None) or [])
-
-
-def read_epub(data: bytes, title: str) -> list[Section]:
-    """The sections of an EPUB: its table of contents' chapters, else its spine's files."""
-    book = _open(data)
+def read_epub(data: bytes, title: str, budget: ReadBudget) -> Book:
+    """The sections of an EPUB (its table of contents' chapters, else its spine's files),
+    which of them are front or back matter, and its title and authors."""
+    package = Package(data, budget)
     starts: dict[tuple[str, str], str] = {}
-    for entry_title, href in _toc_entries(book.toc):
+    for entry_title, href in package.table_of_contents():
         name, _, anchor = href.partition("#")
         starts.setdefault((name, anchor), entry_title)
+    matter_pages = package.matter()
     sections: list[Section] = []
     paragraphs: list[str] = []
-    current_title, heading = title, False
+    current = Section(title, ())
+    all_matter = True  # every page the section has text from is front or back matter
 
     def close() -> None:
         if paragraphs:
-            sections.append(Section(current_title, tuple(paragraphs), heading))
+            matter = all_matter or _is_matter_title(current.title)
+            sections.append(replace(current, paragraphs=tuple(paragraphs), matter=matter))
 
-    for idref, _linear in book.spine:
-        item = book.get_item_with_id(idref)
-        if item is None or item.get_type() != ebooklib.ITEM_DOCUMENT or _is_nav(item):
-            continue
-        try:
-            walk = _paragraphs(item.get_content())
-        except (etree.LxmlError, ValueError) as exc:
-            raise UnreadableDocument(
-                f"the EPUB has a malformed page ({exc})", field="file"
-            ) from None
+    for page in package.pages():
+        walk = _walk(package, page, budget)
         # Without a table of contents every spine file is a chapter ("" names it below).
-        cuts = {0: starts.get((item.get_name(), ""))} if starts else {0: ""}
+        cuts = {0: starts.get((page.name, ""))} if starts else {0: ""}
         for (name, anchor), entry_title in starts.items():
-            if name == item.get_name() and anchor in walk.anchors:
+            if name == page.name and anchor in walk.anchors:
                 cuts[walk.anchors[anchor]] = entry_title
+        page_matter = page.name in matter_pages or walk.matter
         for n, text in enumerate(walk.paragraphs):
             if cuts.get(n) is not None:
                 close()
                 heading = n in walk.headings
-                current_title, paragraphs = cuts[n] or (text if heading else title), []
+                current = Section(cuts[n] or (text if heading else title), (), heading)
+                paragraphs, all_matter = [], True
             paragraphs.append(text)
+            all_matter = all_matter and page_matter
     close()
-    return sections
+    return Book(tuple(sections), package.title, package.author, package.cover())
+
+
+def _is_matter_title(title: str) -> bool:
+    return _MATTER_TITLE.fullmatch(" ".join(title.split())) is not None

@@ -33,8 +33,11 @@ RECOVERY_REASONS = ("lease", "worker", "unassigned")
 BUDGET_REFUSAL_PLACES = ("claim", "run")
 # A provider call's label: its HTTP status, or the kind of failure (providers/retry.py).
 # These are the ones every deployment sees; another HTTP status appears when it happens.
+# "not_sent": the request never left this machine (a refused connection, a failed lookup or
+# TLS handshake): refunded, so it bills nothing.
 PROVIDER_CALL_STATUSES = (
     "200", "429", "500", "502", "503", "504", "timeout", "connection_error", "error",
+    "not_sent",
 )  # fmt: skip
 
 CLAIMS = Counter("speechbatch_claims_total", "Job claims by result", ["result"])
@@ -53,6 +56,14 @@ BILLED_CHARACTERS = Counter(
     "speechbatch_billed_characters_total",
     "Characters sent to the provider (billed), by the call's outcome",
     ["status"],
+)
+IN_DOUBT_CALLS = Counter(
+    "speechbatch_provider_calls_in_doubt_total",
+    "Provider calls whose request was written and whose answer was lost (billed, in doubt)",
+)
+IN_DOUBT_CHARACTERS = Counter(
+    "speechbatch_in_doubt_characters_total",
+    "Billed characters of calls whose answer was lost (in doubt)",
 )
 REUSED_ITEMS = Counter(
     "speechbatch_reused_items_total", "Items made DONE with existing audio instead of a call"
@@ -101,11 +112,17 @@ def _start_at_zero() -> None:
 _start_at_zero()
 
 
-def record_provider_call(status: str, seconds: float, characters: int) -> None:
-    """Count one provider call, its latency and the characters it billed."""
+def record_provider_call(
+    status: str, seconds: float, characters: int, *, in_doubt: bool = False
+) -> None:
+    """Count one provider call, its latency and the characters it billed (and, when its
+    answer was lost, as in doubt)."""
     PROVIDER_CALLS.labels(status=status).inc()
     PROVIDER_LATENCY.observe(seconds)
     BILLED_CHARACTERS.labels(status=status).inc(characters)
+    if in_doubt:
+        IN_DOUBT_CALLS.inc()
+        IN_DOUBT_CHARACTERS.inc(characters)
 
 
 def exposition() -> bytes:

@@ -7,7 +7,6 @@ from datetime import datetime
 from sqlalchemy import (
     BigInteger,
     Boolean,
-    CheckConstraint,
     Float,
     ForeignKey,
     Index,
@@ -22,14 +21,25 @@ from sqlalchemy.orm import Mapped, mapped_column
 
 from speechbatch.adapters.db import Base, Id, UTCDateTime, db_now
 
-# Renders, webhooks and the lexicon live in modules of their own; importing them here registers
-# their tables with every reader of this schema.
+# Chapters, renders, webhooks, the lexicon, idempotency keys and browser sessions live in
+# modules of their own; importing them here registers their tables with every reader of
+# this schema.
+from speechbatch.adapters.models_documents import CastVoice, Chapter
+from speechbatch.adapters.models_keys import IdempotencyKey
 from speechbatch.adapters.models_lexicon import Lexicon, LexiconRule
 from speechbatch.adapters.models_outputs import (
+    Feed,
     Render,
     Webhook,
     WebhookDelivery,
     WebhookEvent,
+)
+from speechbatch.adapters.models_sessions import BrowserSession
+from speechbatch.adapters.models_spending import (
+    ProviderPace,
+    ProviderSlot,
+    Reservation,
+    UsageMonth,
 )
 from speechbatch.domain.statuses import (
     ExportStatus,
@@ -39,13 +49,22 @@ from speechbatch.domain.statuses import (
 )
 
 __all__ = [
+    "BrowserSession",
+    "CastVoice",
+    "Chapter",
     "ExportStatus",
+    "Feed",
+    "IdempotencyKey",
     "ItemStatus",
     "JobStatus",
     "Lexicon",
     "LexiconRule",
+    "ProviderPace",
+    "ProviderSlot",
     "Render",
+    "Reservation",
     "RunOutcome",
+    "UsageMonth",
     "Webhook",
     "WebhookDelivery",
     "WebhookEvent",
@@ -123,6 +142,8 @@ class Job(Base):
         Index("ix_jobs_organization_id_id", "organization_id", "id"),
         # Recovery scans only live jobs.
         Index("ix_jobs_status", "status"),
+        # The stale pass finds the jobs whose spoken texts answer another lexicon version.
+        Index("ix_jobs_organization_id_spoken_version", "organization_id", "spoken_version"),
     )
 
     id: Mapped[int] = mapped_column(Id, primary_key=True)
@@ -147,6 +168,10 @@ class Job(Base):
     version: Mapped[int] = mapped_column(Integer, server_default="0")
     # The job's options (speed, instructions) as a JSON object: part of what is asked.
     options: Mapped[str] = mapped_column(Text, server_default="{}")
+    # The lexicon version every item's spoken text and stale mark answer (None: not yet).
+    spoken_version: Mapped[int | None] = mapped_column(Integer)
+    author: Mapped[str | None] = mapped_column(String(200))
+    cover_path: Mapped[str | None] = mapped_column(String(500))  # its storage key
 
 
 class Item(Base):
@@ -207,6 +232,8 @@ class Item(Base):
     # The caller's name for the item (export file names), and its chapter's index.
     key: Mapped[str | None] = mapped_column(String(100))
     chapter: Mapped[int | None] = mapped_column(Integer)
+    # Who says the line (the job's cast gives the voice); None: the narrator.
+    speaker: Mapped[str | None] = mapped_column(String(50))
     # The current audio no longer matches what would be sent now (an edit, the voice,
     # the options or the lexicon changed since it was made).
     stale: Mapped[bool] = mapped_column(Boolean, server_default=false())
@@ -217,19 +244,12 @@ class Item(Base):
     current_take: Mapped[int | None] = mapped_column(Integer)
     # The attempt of the selective regenerate that picked this item, if any.
     selected_for: Mapped[int | None] = mapped_column(Integer)
-
-
-class Chapter(Base):
-    """A job's chapter (from an imported document): its title and its first item."""
-
-    __tablename__ = "chapters"
-    __table_args__ = (UniqueConstraint("job_id", "index", name="uq_chapters_job_id_index"),)
-
-    id: Mapped[int] = mapped_column(Id, primary_key=True)
-    job_id: Mapped[int] = mapped_column(Id, ForeignKey("jobs.id", ondelete="CASCADE"))
-    index: Mapped[int] = mapped_column(Integer)
-    title: Mapped[str] = mapped_column(Text)
-    first_position: Mapped[int] = mapped_column(Integer)
+    # Its spoken text under lexicon version ``spoken_version`` (None: not computed yet),
+    # written by the stale pass: ``spoken_text`` when it is not the text itself, or
+    # ``spoken_error`` when the rules cannot make one within bounds (too long).
+    spoken_version: Mapped[int | None] = mapped_column(Integer)
+    spoken_text: Mapped[str | None] = mapped_column(Text)
+    spoken_error: Mapped[str | None] = mapped_column(Text)
 
 
 class Run(Base):
@@ -259,44 +279,9 @@ class Run(Base):
     waiting_for_pace: Mapped[int] = mapped_column(Integer, server_default="0")
     # How many items a selective regenerate was asked to send (None: the whole job).
     selected: Mapped[int | None] = mapped_column(Integer)
-
-
-class UsageMonth(Base):
-    """The ledger: characters billed and provider calls per organization and UTC month."""
-
-    __tablename__ = "usage_months"
-    __table_args__ = (
-        UniqueConstraint("organization_id", "month", name="uq_usage_months_organization_id"),
-        # A refund gives back only what a reservation of that month took.
-        CheckConstraint("billed_characters >= 0", name="billed_characters_not_negative"),
-        CheckConstraint("provider_calls >= 0", name="provider_calls_not_negative"),
-    )
-
-    id: Mapped[int] = mapped_column(Id, primary_key=True)
-    organization_id: Mapped[int] = mapped_column(Id, ForeignKey("organizations.id"))
-    month: Mapped[str] = mapped_column(String(7))  # "YYYY-MM", UTC
-    billed_characters: Mapped[int] = mapped_column(BigInteger, server_default="0")
-    provider_calls: Mapped[int] = mapped_column(BigInteger, server_default="0")
-
-
-class Reservation(Base):
-    """One provider attempt's characters, billed to a month before it is sent.
-
-    A refund (the attempt was not sent after all) flips ``refunded_at`` by
-    compare-and-set and gives the characters back to the month that paid, so a
-    retried refund gives back nothing more.
-    """
-
-    __tablename__ = "reservations"
-
-    id: Mapped[int] = mapped_column(Id, primary_key=True)
-    organization_id: Mapped[int] = mapped_column(Id, ForeignKey("organizations.id"))
-    job_id: Mapped[int] = mapped_column(Id, ForeignKey("jobs.id", ondelete="CASCADE"), index=True)
-    attempt: Mapped[int] = mapped_column(Integer)
-    month: Mapped[str] = mapped_column(String(7))  # "YYYY-MM", UTC: the month that paid
-    characters: Mapped[int] = mapped_column(Integer)
-    created_at: Mapped[datetime] = mapped_column(UTCDateTime(), server_default=db_now())
-    refunded_at: Mapped[datetime | None] = mapped_column(UTCDateTime())
+    # The run's own beat: stamped by the process running it (its claim, its heartbeat);
+    # older than WORKER_DEAD_SECONDS, the run is dead whatever its process does.
+    heartbeat_at: Mapped[datetime] = mapped_column(UTCDateTime(), server_default=db_now())
 
 
 class JobLock(Base):
@@ -340,34 +325,6 @@ class Export(Base):
     finished_at: Mapped[datetime | None] = mapped_column(UTCDateTime())
 
 
-class ProviderSlot(Base):
-    """One of PROVIDER_CONCURRENCY deployment-wide provider slots, leased per call.
-
-    Slot numbers run from 0 to PROVIDER_CONCURRENCY - 1, so the primary key caps the
-    calls in flight. A row is held while ``released_at`` is NULL and its worker
-    heartbeats; ``token`` grows with every grant and fences the release.
-    """
-
-    __tablename__ = "provider_slots"
-
-    slot: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=False)
-    token: Mapped[int] = mapped_column(BigInteger, default=1, server_default="1")
-    worker_id: Mapped[int] = mapped_column(Id, ForeignKey("workers.id"))
-    job_id: Mapped[int] = mapped_column(Id, index=True)
-    attempt: Mapped[int] = mapped_column(Integer)
-    acquired_at: Mapped[datetime] = mapped_column(UTCDateTime(), server_default=db_now())
-    released_at: Mapped[datetime | None] = mapped_column(UTCDateTime())
-
-
-class ProviderPace(Base):
-    """The deployment's one pace row: no provider call starts before ``next_start_at``."""
-
-    __tablename__ = "provider_pace"
-
-    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=False)
-    next_start_at: Mapped[datetime] = mapped_column(UTCDateTime(), server_default=db_now())
-
-
 class Take(Base):
     """One audio an item has had, numbered from 1 per item; the newest few are kept.
 
@@ -396,4 +353,7 @@ class Take(Base):
     duration_seconds: Mapped[float | None] = mapped_column(Float)
     suspect: Mapped[str | None] = mapped_column(String(20))
     reused: Mapped[bool] = mapped_column(Boolean, server_default=false())
+    # Where each sentence (and word, where known) is spoken: ``domain.timing``'s JSON.
+    # None until measured (a reuse finds it on another take of the same audio).
+    timing: Mapped[str | None] = mapped_column(Text)
     created_at: Mapped[datetime] = mapped_column(UTCDateTime(), server_default=db_now())

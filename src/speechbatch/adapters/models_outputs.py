@@ -1,4 +1,4 @@
-"""The schema of what a job makes and tells: renders of whole jobs, and webhooks (their
+"""The schema of what a job makes and tells: renders of whole jobs, feeds, and webhooks (their
 endpoints, the outbox of events, and each event's deliveries)."""
 
 from __future__ import annotations
@@ -40,8 +40,28 @@ class Render(Base):
     duration_seconds: Mapped[float | None] = mapped_column(Float)
     # [{"title", "start_seconds", "end_seconds"}] as JSON text, written at completion.
     chapters: Mapped[str | None] = mapped_column(Text)
+    # acx, podcast, ebu or None; the check report (JSON text) measured on the decoded
+    # files; the ZIP of one file per chapter (acx).
+    preset: Mapped[str | None] = mapped_column(String(10))
+    check_report: Mapped[str | None] = mapped_column(Text)
+    zip_path: Mapped[str | None] = mapped_column(String(500))
+    # The silence at each paragraph break inside an item (renders made before it: 700).
+    paragraph_gap_ms: Mapped[int] = mapped_column(Integer, server_default="700")
     created_at: Mapped[datetime] = mapped_column(UTCDateTime(), server_default=db_now())
     finished_at: Mapped[datetime | None] = mapped_column(UTCDateTime())
+
+
+class Feed(Base):
+    """A job's podcast feed: the SHA-256 of the secret in its URL (the secret itself is
+    shown once). One per job; a new one replaces it, deleting it revokes the URL."""
+
+    __tablename__ = "feeds"
+
+    id: Mapped[int] = mapped_column(Id, primary_key=True)
+    organization_id: Mapped[int] = mapped_column(Id, ForeignKey("organizations.id"))
+    job_id: Mapped[int] = mapped_column(Id, ForeignKey("jobs.id", ondelete="CASCADE"), unique=True)
+    token_hash: Mapped[str] = mapped_column(String(64), unique=True)
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime(), server_default=db_now())
 
 
 class Webhook(Base):

@@ -24,7 +24,7 @@ from boto3.s3.transfer import TransferConfig
 from botocore.config import Config
 from botocore.exceptions import BotoCoreError, ClientError
 
-from speechbatch.adapters.storage import StorageUnavailable
+from speechbatch.adapters.storage import StepNotSupported, StorageUnavailable
 
 # Parts of 8 MiB, four in flight, each read from the file as it is sent: a 500 MB upload
 # measured 12 MB above idle (bench/object_store.py).
@@ -36,6 +36,8 @@ TRANSFER = TransferConfig(
     use_threads=True,
 )
 _MISSING = ("404", "NoSuchKey", "NotFound")
+# What a store answers for an operation it lacks (S3's own code, or the bare HTTP status).
+_UNSUPPORTED = ("NotImplemented", "501", "MethodNotAllowed", "405")
 _STORE_ERRORS = (BotoCoreError, ClientError, Boto3Error)
 
 
@@ -144,7 +146,8 @@ class S3Storage:
     def abort_uploads_older_than(self, seconds: float) -> list[str]:
         """Abort the unfinished multipart uploads begun more than ``seconds`` ago (a
         process killed mid-upload leaves one, billed by the store but never visible);
-        what was aborted, as ``KEY (unfinished upload)``."""
+        what was aborted, as ``KEY (unfinished upload)``. StepNotSupported when the store
+        has no multipart listing."""
         cutoff = datetime.now(UTC) - timedelta(seconds=seconds)
         aborted = []
         with _store_errors("list uploads", self.prefix):
@@ -192,6 +195,10 @@ def _store_errors(operation: str, key: str) -> Iterator[None]:
         code = str(exc.response.get("Error", {}).get("Code", ""))
         if code in _MISSING:
             raise FileNotFoundError(f"no object {key!r}") from exc
+        if code in _UNSUPPORTED:
+            raise StepNotSupported(
+                f"the store does not implement {exc.operation_name} ({code})"
+            ) from exc
         raise StorageUnavailable(f"object storage {operation} of {key!r} failed: {exc}") from exc
     except (BotoCoreError, Boto3Error) as exc:
         raise StorageUnavailable(f"object storage {operation} of {key!r} failed: {exc}") from exc

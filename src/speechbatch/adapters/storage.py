@@ -33,6 +33,11 @@ class StorageUnavailable(OSError):
         super().__init__(errno.EIO, message)
 
 
+class StepNotSupported(StorageUnavailable):
+    """The store does not implement this operation (S3's ``NotImplemented``: s3rver and
+    some appliances have no multipart listing), so retrying it cannot help."""
+
+
 def build_storage(settings: Settings) -> LocalStorage | S3Storage:
     """The folder or the bucket the settings name."""
     location = settings.storage

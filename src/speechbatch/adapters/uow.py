@@ -20,15 +20,13 @@ project's own (``database_error``), with SQLAlchemy's as ``__cause__``: callers 
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from contextlib import contextmanager
 from types import TracebackType
 from typing import Any, Literal, Protocol, Self, overload
 
-from sqlalchemy import exc as sa_exc
 from sqlalchemy.orm import Session, sessionmaker
 
 from speechbatch.adapters.db import READ_ONLY, SHORT_LOCK_WAIT
+from speechbatch.adapters.db_errors import DRIVER_ERRORS, database_error, translated
 from speechbatch.adapters.read import DocumentCache, JobViews, Views
 from speechbatch.adapters.repositories import (
     Jobs,
@@ -46,50 +44,22 @@ from speechbatch.adapters.repositories import (
     Workers,
     WorkersRepository,
 )
+from speechbatch.adapters.repositories.books import BookRepository, Books
+from speechbatch.adapters.repositories.cast import CastReads, Casts
 from speechbatch.adapters.repositories.deliveries import Deliveries, DeliveriesRepository
 from speechbatch.adapters.repositories.edits import Edits, EditsRepository
 from speechbatch.adapters.repositories.exports import ExportRepository, Exports
-from speechbatch.adapters.repositories.job_locks import LockRepository, Locks, is_unique_violation
+from speechbatch.adapters.repositories.feeds import FeedRepository, Feeds
+from speechbatch.adapters.repositories.idempotency import IdempotencyKeys, IdempotencyRepository
+from speechbatch.adapters.repositories.job_locks import LockRepository, Locks
 from speechbatch.adapters.repositories.ledger import Spending, SpendingRepository
 from speechbatch.adapters.repositories.lexicon import LexiconRepository, Lexicons
 from speechbatch.adapters.repositories.renders import RenderRepository, Renders
 from speechbatch.adapters.repositories.resume import ResumeRepository, Resumes
+from speechbatch.adapters.repositories.sessions import Sessions, SessionsRepository
 from speechbatch.adapters.repositories.slots import SlotReads, SlotRepository
 from speechbatch.adapters.repositories.takes import TakeReads, Takes
 from speechbatch.adapters.repositories.webhooks import Webhooks, WebhooksRepository
-from speechbatch.errors import AlreadyExists, DatabaseError, DatabaseUnavailable, SpeechbatchError
-
-# What the driver and the pool raise; everything else leaves a unit of work untouched.
-DRIVER_ERRORS = (sa_exc.DBAPIError, sa_exc.DisconnectionError, sa_exc.TimeoutError)
-
-
-def database_error(error: sa_exc.SQLAlchemyError) -> SpeechbatchError:
-    """The project's error for a driver or pool error (raise it ``from`` the original).
-
-    Unreachable, restarting, timed out or busy (a lock or statement timeout, SQLite's
-    "database is locked", an exhausted pool): DatabaseUnavailable, worth a retry. A unique
-    violation: AlreadyExists. Anything else the database refused: DatabaseError.
-    """
-    if isinstance(error, sa_exc.IntegrityError) and is_unique_violation(error):
-        return AlreadyExists()
-    if isinstance(
-        error,
-        sa_exc.OperationalError
-        | sa_exc.InterfaceError
-        | sa_exc.DisconnectionError
-        | sa_exc.TimeoutError,
-    ):
-        return DatabaseUnavailable()
-    return DatabaseError()
-
-
-@contextmanager
-def _translated() -> Iterator[None]:
-    """Driver errors raised in the block leave it as the project's (see ``database_error``)."""
-    try:
-        yield
-    except DRIVER_ERRORS as error:
-        raise database_error(error) from error
 
 
 class ReadUnit(Protocol):
@@ -101,6 +71,8 @@ class ReadUnit(Protocol):
     @property
     def users(self) -> Users: ...
     @property
+    def sessions(self) -> Sessions: ...
+    @property
     def recovery(self) -> Recovery: ...
     @property
     def views(self) -> Views: ...
@@ -108,6 +80,10 @@ class ReadUnit(Protocol):
     def exports(self) -> Exports: ...
     @property
     def renders(self) -> Renders: ...
+    @property
+    def feeds(self) -> Feeds: ...
+    @property
+    def books(self) -> Books: ...
     @property
     def spending(self) -> Spending: ...
     @property
@@ -123,7 +99,11 @@ class ReadUnit(Protocol):
     @property
     def takes(self) -> Takes: ...
     @property
+    def cast(self) -> Casts: ...
+    @property
     def lexicon(self) -> Lexicons: ...
+    @property
+    def idempotency(self) -> IdempotencyKeys: ...
 
     def __enter__(self) -> Self: ...
     def __exit__(
@@ -198,16 +178,19 @@ class _Unit:
         self.session = self._session_factory()
         if execution_options:
             try:
-                with _translated():
+                with translated():
                     self.session.connection(execution_options=execution_options)
             except BaseException:
                 self.session.close()
                 raise
         self.users = UsersRepository(self.session)
+        self.sessions = SessionsRepository(self.session)
         self.recovery = RecoveryRepository(self.session)
         self.views = JobViews(self.session)
         self.exports = ExportRepository(self.session)
         self.renders = RenderRepository(self.session)
+        self.feeds = FeedRepository(self.session)
+        self.books = BookRepository(self.session)
         self.locks = LockRepository(self.session)
         self.spending = SpendingRepository(self.session)
         self.tokens = TokenRepository(self.session)
@@ -216,7 +199,9 @@ class _Unit:
         self.webhooks = WebhooksRepository(self.session)
         self.deliveries = DeliveriesRepository(self.session)
         self.takes = TakeReads(self.session)
+        self.cast = CastReads(self.session)
         self.lexicon = LexiconRepository(self.session)
+        self.idempotency = IdempotencyRepository(self.session)
 
     def __exit__(
         self,
@@ -225,7 +210,7 @@ class _Unit:
         tb: TracebackType | None,
     ) -> None:
         try:
-            with _translated():
+            with translated():
                 self._end(succeeded=exc_type is None)
         finally:
             self.session.close()
@@ -288,12 +273,12 @@ class Writer(_Unit):
 
     def commit(self) -> None:
         """Commit what this unit of work did (DatabaseUnavailable if it could not)."""
-        with _translated():
+        with translated():
             self.session.commit()
 
     def rollback(self) -> None:
         """Throw away what this unit of work did."""
-        with _translated():
+        with translated():
             self.session.rollback()
 
 

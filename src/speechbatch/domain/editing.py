@@ -1,4 +1,5 @@
-"""Pure rules of editing a job: the spoken text, job options, and when audio is stale."""
+"""Pure rules of editing a job: job options and selections (the spoken text is the
+lexicon's: ``Lexicon.spoken``)."""
 
 from __future__ import annotations
 
@@ -7,8 +8,6 @@ import math
 from collections.abc import Mapping
 from typing import Any
 
-from speechbatch.domain.lexicon import Lexicon
-
 MIN_SPEED = 0.25
 MAX_SPEED = 4.0
 MAX_INSTRUCTIONS = 2000
@@ -16,13 +15,6 @@ MAX_INSTRUCTIONS = 2000
 
 class OptionsError(ValueError):
     """Job options that are not valid; the message says which and why."""
-
-
-def spoken_text(text: str, lexicon: Lexicon | None = None) -> str:
-    """The spoken text of an item: what is sent, billed, estimated and fingerprinted:
-    its text with the organization's lexicon applied (None: no rules). Raises
-    LexiconTimeout when a rule runs out of time on it: never another text."""
-    return text if lexicon is None else lexicon.apply(text)
 
 
 def clean_options(raw: Any) -> dict[str, Any]:

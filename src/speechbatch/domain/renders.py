@@ -1,7 +1,8 @@
 """A render's timeline and captions: pure arithmetic over sample counts, no I/O.
 
 A render is the job's items in position order, each followed by silence before the next:
-``gap_ms``, or ``chapter_gap_ms`` where the next item begins a chapter. Offsets are kept in
+``gap_ms``, or ``chapter_gap_ms`` where the next item begins a chapter (and inside an item,
+``paragraph_gap_ms`` at each paragraph break: ``domain.paragraphs``). Offsets are kept in
 samples (exact) and shown in seconds; a chapter marker starts where its first item starts
 and ends where the next chapter starts (the last one at the end of the file).
 """
@@ -9,11 +10,14 @@ and ends where the next chapter starts (the last one at the end of the file).
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
-# Each format and the content type of its file.
-CONTENT_TYPES = {"mp3": "audio/mpeg", "m4b": "audio/mp4"}
+from speechbatch.domain.paragraphs import DEFAULT_PARAGRAPH_GAP_MS
+
+# Each format and the content type of its file; an EPUB (a read-along book) carries MP3.
+CONTENT_TYPES = {"mp3": "audio/mpeg", "m4b": "audio/mp4", "epub": "application/epub+zip"}
 FORMATS = tuple(CONTENT_TYPES)
+AUDIO_FORMATS = ("mp3", "m4b")
 GAP_MS_MAX = 5000
 CHAPTER_GAP_MS_MAX = 10000
 LOUDNESS_MIN, LOUDNESS_MAX = -30.0, -10.0
@@ -30,6 +34,46 @@ class RenderOptions:
     gap_ms: int = DEFAULT_GAP_MS
     chapter_gap_ms: int = DEFAULT_CHAPTER_GAP_MS
     loudness_lufs: float | None = DEFAULT_LOUDNESS
+    preset: str | None = None
+    paragraph_gap_ms: int = DEFAULT_PARAGRAPH_GAP_MS
+
+    @property
+    def audio_format(self) -> str:
+        """The format of the audio it encodes (an EPUB's is MP3)."""
+        return "mp3" if self.format == "epub" else self.format
+
+
+@dataclass(frozen=True)
+class Tags:
+    """What a render's file says about itself: players show these."""
+
+    title: str  # the file's: the book's, or its chapter's in a chapter file
+    album: str  # the book's title
+    author: str | None = None
+    narrator: str | None = None  # the voices' names
+    year: int | None = None
+    cover: bytes | None = None
+    cover_type: str | None = None  # image/jpeg or image/png
+    track: tuple[int, int] | None = None  # (number, of how many): a chapter file
+    language: str = "en"  # BCP 47, from the voice (a read-along book's dc:language)
+
+    def for_chapter(self, title: str, number: int, total: int) -> Tags:
+        """The tags of one chapter's file of this book."""
+        return replace(self, title=title, track=(number, total))
+
+
+def narrator_of(voices: list[str]) -> str:
+    """The narrators' names from voice names: a Piper voice (``en_US-joe-medium``) is its
+    speaker (``Joe``); others are their own name."""
+    names: list[str] = []
+    for voice in voices:
+        name = voice.split(":")[-1]
+        parts = name.split("-")
+        if len(parts) == 3 and "_" in parts[0]:
+            name = parts[1].replace("_", " ").title()
+        if name not in names:
+            names.append(name)
+    return ", ".join(names)
 
 
 @dataclass(frozen=True)
@@ -75,6 +119,7 @@ class Timeline:
     samples: int = 0
     items: int = 0
     _starts: list[tuple[str, int]] = field(default_factory=list)
+    _spoken_ends: list[int] = field(default_factory=list)
 
     def gap_before(self, position: int) -> int:
         """Samples of silence before the item at ``position`` (none before the first)."""
@@ -93,7 +138,24 @@ class Timeline:
             self._starts.append((self.default_title, 0))
         self.samples += item_samples
         self.items += 1
+        if len(self._spoken_ends) < len(self._starts):
+            self._spoken_ends.append(0)
+        self._spoken_ends[-1] = self.samples
         return Cue(self.seconds(start), self.seconds(self.samples), text)
+
+    def chapter_of(self, position: int) -> int:
+        """The index (in ``chapters()``) of the chapter the item at ``position`` goes into,
+        before it is placed."""
+        if position in self.chapter_titles or not self._starts:
+            return len(self._starts)
+        return len(self._starts) - 1
+
+    def chapter_spans(self) -> list[tuple[int, int]]:
+        """Each chapter's first sample and the end of its last item (its speech without
+        the gap that follows it), in samples."""
+        starts = [start for _, start in self._starts] or [0]
+        ends = self._spoken_ends or [self.samples]
+        return list(zip(starts, ends, strict=True))
 
     def seconds(self, samples: int) -> float:
         """A sample offset in seconds, to the millisecond."""
@@ -118,8 +180,10 @@ _SPACE = re.compile(r"\s+")
 
 
 def _cue_text(text: str) -> str:
-    """One line: a blank line would end the cue, and ``-->`` would start a timing."""
-    return _SPACE.sub(" ", text).strip().replace("-->", "->")
+    """The cue's lines as given, none blank: a blank line would end the cue, and ``-->``
+    would start a timing."""
+    lines = (_SPACE.sub(" ", line).strip() for line in text.split("\n"))
+    return "\n".join(line for line in lines if line).replace("-->", "->")
 
 
 def _stamp(seconds: float, separator: str) -> str:
@@ -144,3 +208,15 @@ def srt_cue(number: int, cue: Cue) -> str:
     return (
         f"{number}\n{_stamp(cue.start, ',')} --> {_stamp(cue.end, ',')}\n{_cue_text(cue.text)}\n\n"
     )
+
+
+_UNSAFE = re.compile(r'[\x00-\x1f\x7f<>:"/\\|?*]+')
+FILE_NAME_MAX = 120
+
+
+def file_name(title: str, extension: str) -> str:
+    """A file name made from a title that every system accepts: no control characters,
+    path separators or characters Windows refuses, no leading or trailing dots or
+    spaces, at most FILE_NAME_MAX characters before the extension."""
+    name = _SPACE.sub(" ", _UNSAFE.sub(" ", title)).strip(" .")[:FILE_NAME_MAX].strip(" .")
+    return f"{name or 'render'}.{extension}"

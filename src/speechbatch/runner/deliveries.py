@@ -10,6 +10,12 @@ of a delivery carries its event's ``webhook-id`` and body; only the timestamp an
 signature are the attempt's own. A process that dies holding a delivery stops
 heartbeating, and another sender claims it again (see ``repositories/deliveries.py``).
 Requests never send: the threads are started with the process's background loops.
+
+Senders are shared between organizations (``SenderShares``): an organization may hold at
+most ``threads // (organizations in flight here + 1)`` of this process's senders, so
+however many of one organization's receivers hang or drip, a sender stays free here for
+the next organization's delivery, which goes out within an idle poll. Every process
+keeps its own count: each of them has senders free.
 """
 
 from __future__ import annotations
@@ -17,6 +23,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Protocol
@@ -31,8 +38,12 @@ from speechbatch.runner.transactions import Transactions
 log = logging.getLogger(__name__)
 
 SENDER_THREADS = 10
-# A lease longer than one POST can last (its timeout) plus the two short transactions.
+# A lease longer than one POST can last (its deadline, from connect to the answer's last
+# byte) plus the two short transactions, so a delivery has one attempt in flight.
 LEASE_MARGIN_SECONDS = 20.0
+# What may come between a claim and its POST's own deadline: the claim's commit, the
+# address's lookup (DeliveryRules.attempt_seconds is the timeout plus this).
+ATTEMPT_MARGIN_SECONDS = 2.0
 GAUGE_INTERVAL_SECONDS = 5.0
 
 
@@ -41,6 +52,35 @@ class Poster(Protocol):
 
     def post(self, url: str, headers: dict[str, str], body: bytes) -> AttemptResult: ...
     def close(self) -> None: ...
+
+
+class SenderShares:
+    """How many of this process's senders each organization holds, and which hold their
+    share: ``threads // (organizations holding any + 1)``, at least one. The ``+ 1``
+    keeps a share free for an organization that is not sending yet."""
+
+    def __init__(self, threads: int) -> None:
+        self._threads = threads
+        self._held: Counter[int] = Counter()
+        self._lock = threading.Lock()
+
+    def full(self) -> list[int]:
+        """The organizations that hold their share (a sender claims none of theirs)."""
+        with self._lock:
+            share = max(1, self._threads // (len(self._held) + 1))
+            return [org for org, held in self._held.items() if held >= share]
+
+    def take(self, organization_id: int) -> None:
+        """Count one more sender as the organization's."""
+        with self._lock:
+            self._held[organization_id] += 1
+
+    def give_back(self, organization_id: int) -> None:
+        """Count one sender less as the organization's."""
+        with self._lock:
+            self._held[organization_id] -= 1
+            if not self._held[organization_id]:
+                del self._held[organization_id]
 
 
 @dataclass(frozen=True)
@@ -72,6 +112,9 @@ class DeliverySenders:
         self._worker_id = worker_id
         self.rules = rules
         self._threads = threads
+        self.shares = SenderShares(threads)
+        # One claim at a time in this process, so that shares are read and taken together.
+        self._claiming = threading.Lock()
         self._idle = idle_seconds
         self._stop = threading.Event()
         self._started: list[threading.Thread] = []
@@ -109,9 +152,13 @@ class DeliverySenders:
                         self.update_gauge()
                     sent = self.deliver_one(poster, sent)
                 except Exception:
-                    # A result not recorded is sent again once its lease runs out.
+                    # The last attempt's result stays with this thread until it is written:
+                    # forgotten, its delivery would stay PENDING and go out again once its
+                    # lease ran out, though it may have been delivered.
                     log.exception("webhook sender failed; trying again shortly")
-                    sent = None
+                    sent = self._record_alone(sent)
+                    self._stop.wait(self._idle)
+                    continue
                 if sent is None:
                     self._stop.wait(self._idle)
         finally:
@@ -128,13 +175,31 @@ class DeliverySenders:
         def settle_and_claim(uow: RunUnit) -> ClaimedDelivery | None:
             if previous is not None:
                 self._record(uow, previous)
-            return uow.deliveries.claim_delivery(worker, self.rules)
+            return uow.deliveries.claim_delivery(worker, self.rules, excluding=full)
 
-        claim = self._tx(settle_and_claim)
-        if claim is None:
-            return None
-        result = poster.post(claim.url, headers_for(claim), claim.body.encode())
+        with self._claiming:
+            full = self.shares.full()
+            claim = self._tx(settle_and_claim)
+            if claim is None:
+                return None
+            self.shares.take(claim.organization_id)
+        try:
+            result = poster.post(claim.url, headers_for(claim), claim.body.encode())
+        finally:
+            self.shares.give_back(claim.organization_id)
         return Sent(claim, result)
+
+    def _record_alone(self, sent: Sent | None) -> Sent | None:
+        """Write ``sent``'s result in a transaction of its own (the one it shared with the
+        next claim failed); None once written, else ``sent`` to try again."""
+        if sent is None:
+            return None
+        try:
+            self._tx(lambda uow: self._record(uow, sent))
+        except Exception:
+            log.exception("webhook delivery=%s: its result is not written yet", sent.claim.id)
+            return sent
+        return None
 
     def _record(self, uow: RunUnit, sent: Sent) -> None:
         """Write an attempt's result, fenced by its claim (retry due, or FAILED)."""

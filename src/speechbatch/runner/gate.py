@@ -30,9 +30,11 @@ from collections.abc import Callable
 from typing import NamedTuple, Protocol, TypeVar
 
 from speechbatch.adapters.notifications import listen
+from speechbatch.adapters.providers.base import TTSProvider
+from speechbatch.adapters.providers.registry import ProviderSet
 from speechbatch.adapters.repositories.channels import SHARE_PAYLOAD, SLOT_CHANNEL
-from speechbatch.adapters.repositories.slots import SlotGrant, SlotRepository
-from speechbatch.config import Settings
+from speechbatch.adapters.repositories.slots import PACE_ROW, SlotGrant, SlotRepository
+from speechbatch.config import PROVIDERS, Settings
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -61,12 +63,21 @@ class Mark(NamedTuple):
     shares: int
 
 
-class CallNotStarted(Exception):
-    """The run began to stop (drain, cancel) while waiting for the pace."""
+class Lane(NamedTuple):
+    """One provider's share of the deployment: its slots (numbers ``first`` ..
+    ``first + capacity - 1``), its pace (RPM, 0: none) and the pace's row."""
+
+    capacity: int
+    rpm: int
+    first: int = 0
+    pace_row: int = PACE_ROW
+    # Whose jobs share its slots: (own voice prefix, other providers' prefixes).
+    sharing: tuple[str, tuple[str, ...]] = ("", ())
 
 
 class ProviderGate:
-    """This process's access to the deployment's provider slots and pace."""
+    """This process's access to the deployment's provider slots and pace (of one
+    provider: ``lane``, by default the deployment-wide settings)."""
 
     def __init__(
         self,
@@ -74,9 +85,11 @@ class ProviderGate:
         settings: Settings,
         worker_id: Callable[[], int],
         listen_dsn: str | None = None,
+        lane: Lane | None = None,
     ) -> None:
         self._tx = tx
         self.settings = settings
+        self.lane = lane or Lane(settings.provider_concurrency, settings.provider_rpm)
         self._worker_id = worker_id
         # Counts of releases seen (all, and per job), under _changed.
         self._changed = threading.Condition()
@@ -101,7 +114,7 @@ class ProviderGate:
 
     def _limits(self) -> dict[str, float]:
         return {
-            "capacity": self.settings.provider_concurrency,
+            "capacity": self.lane.capacity,
             "worker_dead_seconds": self.settings.worker_dead_seconds,
             "max_hold_seconds": self.max_hold_seconds,
         }
@@ -115,18 +128,22 @@ class ProviderGate:
             self._worker_id(),
             job_id,
             attempt,
-            capacity=self.settings.provider_concurrency,
+            capacity=self.lane.capacity,
             worker_dead_seconds=self.settings.worker_dead_seconds,
             max_hold_seconds=self.max_hold_seconds,
+            first=self.lane.first,
+            sharing=self.lane.sharing,
         )
 
     def holds_its_share(self, slots: SlotRepository, job_id: int) -> bool:
         """Whether the job holds its fair share now (only its own releases help it)."""
         return slots.holds_its_share(
             job_id,
-            capacity=self.settings.provider_concurrency,
+            capacity=self.lane.capacity,
             worker_dead_seconds=self.settings.worker_dead_seconds,
             max_hold_seconds=self.max_hold_seconds,
+            first=self.lane.first,
+            sharing=self.lane.sharing,
         )
 
     def release(self, grant: SlotGrant, job_id: int, *, lane_goes_on: bool = False) -> None:
@@ -154,7 +171,7 @@ class ProviderGate:
         item at once, so the job's own waiters (at its fair share) are not woken for it:
         they would only race that thread. They are woken when a thread of the job stops
         (``lane_ended``), and by the poll."""
-        cap = self.settings.provider_concurrency
+        cap = self.lane.capacity
         with self._changed:
             self._releases += 1
             self._unclaimed = min(self._unclaimed + 1, cap)
@@ -247,7 +264,7 @@ class ProviderGate:
     def pause(self, seconds: float) -> None:
         """Pause new starts across the deployment for ``seconds`` (a 429's Retry-After)."""
         try:
-            self._tx(lambda slots: slots.pause_starts(seconds))
+            self._tx(lambda slots: slots.pause_starts(seconds, self.lane.pace_row))
         except Exception:
             log.exception("could not pause provider starts")
         with self._pause_lock:
@@ -261,33 +278,32 @@ class ProviderGate:
             if now - self._pause_checked_at < PAUSE_CACHE_SECONDS:
                 return max(0.0, self._paused_until - now)
             self._pause_checked_at = now
-        seconds = self._tx(lambda slots: slots.paused_for())
+        seconds = self._tx(lambda slots: slots.paused_for(self.lane.pace_row))
         with self._pause_lock:
             self._paused_until = max(self._paused_until, now + seconds)
             return max(0.0, self._paused_until - now)
 
-    def wait_for_pace(self, stopping: Callable[[], bool], waiting: Waiting) -> None:
-        """Wait until a call may start: the deployment's pace (RPM) and any 429 pause.
-        Raises CallNotStarted when the run begins to stop meanwhile."""
-        rpm = self.settings.provider_rpm
+    def wait_for_pace(self, stopping: Callable[[], bool], waiting: Waiting) -> bool:
+        """Wait until a call may start: the deployment's pace (RPM) and any 429 pause;
+        False when the run began to stop meanwhile."""
+        rpm, row = self.lane.rpm, self.lane.pace_row
         while True:
             if rpm > 0:
-                answer = self._tx(lambda slots: slots.reserve_start(60.0 / rpm))
+                answer = self._tx(lambda slots: slots.reserve_start(60.0 / rpm, row))
                 wait = answer.wait_seconds
                 if wait is not None:
                     if wait > 0:
                         waiting.set("pace" if wait > VISIBLE_WAIT_SECONDS else None)
-                        _sleep(wait, stopping)
-                    return
+                        return sleep_unless(wait, stopping)
+                    return True
                 left = max(0.05, min(answer.paused_for_seconds, 1.0))
             else:
                 left = self._pause_left()
                 if left <= 0:
-                    return
-            if stopping():
-                raise CallNotStarted()
+                    return True
             waiting.set("pace")
-            _sleep(min(left, 1.0), stopping)
+            if not sleep_unless(min(left, 1.0), stopping):
+                return False
 
 
 # count_waiting(reason, delta): add delta to the run's count of items waiting for reason.
@@ -323,10 +339,50 @@ class Waiting:
         self.set(None)
 
 
-def _sleep(seconds: float, stopping: Callable[[], bool]) -> None:
-    """Sleep, waking early (in steps of at most 0.1 s) when the run begins to stop."""
+def sleep_unless(seconds: float, stopping: Callable[[], bool]) -> bool:
+    """Sleep ``seconds``, or stop early (looking every 0.1 s at most) when ``stopping``
+    says so; whether it slept the whole time."""
     deadline = time.monotonic() + seconds
     while (left := deadline - time.monotonic()) > 0:
         if stopping():
-            raise CallNotStarted()
+            return False
         time.sleep(min(left, 0.1))
+    return not stopping()
+
+
+# Slot numbers of a provider other than the default start at (1 + its index in
+# config.PROVIDERS) x SLOT_RANGE: every provider's slots apart, and the default's where a
+# deployment of one provider has always had them (from 0).
+SLOT_RANGE = 100_000
+
+
+def lane_of(settings: Settings, name: str) -> Lane:
+    """The lane of provider ``name``: its own concurrency and RPM, its slots and pace
+    row, and the jobs that share them (by their voice's prefix)."""
+    capacity, rpm, _ = settings.limit_of(name)
+    others = tuple(f"{p}:" for p in settings.providers if p != settings.tts_provider)
+    if name == settings.tts_provider:
+        return Lane(capacity, rpm, sharing=("", others))
+    index = PROVIDERS.index(name) if name in PROVIDERS else len(PROVIDERS)
+    first, row = (1 + index) * SLOT_RANGE, PACE_ROW + 1 + index
+    return Lane(capacity, rpm, first, row, (f"{name}:", ()))
+
+
+def provider_gates(
+    provider: TTSProvider,
+    tx: SlotTx,
+    settings: Settings,
+    worker_id: Callable[[], int],
+    listen_dsn: str | None,
+) -> tuple[ProviderGate, dict[str, ProviderGate]]:
+    """The default provider's gate, and one for each other provider of a set, so that a
+    slow provider never holds another's slots."""
+    default = ProviderGate(
+        tx, settings, worker_id, listen_dsn, lane_of(settings, settings.tts_provider)
+    )
+    names = list(provider.providers) if isinstance(provider, ProviderSet) else []
+    return default, {
+        name: ProviderGate(tx, settings, worker_id, listen_dsn, lane_of(settings, name))
+        for name in names
+        if name != provider.name
+    }

@@ -1,8 +1,10 @@
 """This process's worker identity and its heartbeat thread.
 
-The heartbeat thread does nothing else: background work (the resume tick) runs on
-threads of its own (``loops.py``), so however slow it is, it never makes this process's
-live runs look dead.
+Each beat stamps, in one transaction, the worker's row and the beat of every run this
+process is running now (``running``): liveness is the run's, so a run this process gave
+up stops being stamped even though the process lives on. The heartbeat thread does
+nothing else: background work (the resume tick) runs on threads of its own
+(``loops.py``), so however slow it is, it never makes this process's live runs look dead.
 """
 
 from __future__ import annotations
@@ -11,6 +13,7 @@ import logging
 import os
 import socket
 import threading
+from collections.abc import Callable
 
 from speechbatch.adapters.uow import RunUowFactory
 
@@ -25,9 +28,16 @@ class WorkerIdentity:
     worker) notices the new PID and registers itself anew.
     """
 
-    def __init__(self, uow_factory: RunUowFactory, interval_seconds: float) -> None:
+    def __init__(
+        self,
+        uow_factory: RunUowFactory,
+        interval_seconds: float,
+        running: Callable[[], list[tuple[int, int]]] = list,
+    ) -> None:
         self._uow_factory = uow_factory
         self._interval = interval_seconds
+        # (job, attempt) of the runs this process is running now: the ones it beats for.
+        self._running = running
         self._lock = threading.Lock()
         self._id: int | None = None
         self._pid: int | None = None
@@ -58,12 +68,14 @@ class WorkerIdentity:
     def _beat(self, worker_id: int, stop: threading.Event) -> None:
         while not stop.wait(self._interval):
             try:
+                running = self._running()
                 with self._uow_factory() as uow:
                     uow.workers.heartbeat_worker(worker_id)
+                    uow.workers.beat_runs(worker_id, running)
                     uow.commit()
             except Exception:
-                # A database blip must not kill the heartbeat; a long one makes the
-                # worker look dead, and fencing then keeps its runs from writing.
+                # A database blip must not kill the heartbeat; a long one makes this
+                # process's runs look dead, and fencing then keeps them from writing.
                 log.exception("worker heartbeat failed id=%s", worker_id)
 
     def stop(self) -> None:

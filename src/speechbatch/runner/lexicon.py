@@ -1,6 +1,7 @@
 """A run and the lexicon: the run sends every item with the rules it began with; an item
-that becomes DONE after the rules changed is checked against the new ones; an item a
-rule runs out of time on ends ERROR, never sent nor billed with another text."""
+that becomes DONE after the rules changed is checked against the new ones; an item the
+rules cannot make a spoken text of within bounds (too long) ends ERROR, never sent nor
+billed."""
 
 from __future__ import annotations
 
@@ -9,12 +10,12 @@ from typing import TYPE_CHECKING
 
 from speechbatch.adapters.repositories.items import FinishedItem
 from speechbatch.adapters.uow import RunUnit
-from speechbatch.domain.editing import spoken_text
-from speechbatch.domain.lexicon import LexiconTimeout
+from speechbatch.domain.lexicon import Unspeakable
 from speechbatch.services.lexicon import compiled_lexicon
 
 if TYPE_CHECKING:
-    from speechbatch.runner.item import Items, Run
+    from speechbatch.runner.attempt import Run
+    from speechbatch.runner.steps import Steps
 
 log = logging.getLogger(__name__)
 
@@ -23,7 +24,7 @@ def checked(uow: RunUnit, run: Run, item_id: int, spoken: str, done: FinishedIte
     """A DONE move's answer ``done``, checked in its transaction: when the
     organization's rules changed since the run began (a PUT while it was sending), the
     item is marked stale if the rules now give another spoken text than it was made from
-    (or run out of time on it, as the stale pass judges it).
+    (or none within bounds, as the stale pass judges it).
 
     No gap: the PUT's stale pass takes each job row's lock before it reads that job's
     items, and the DONE move reads the version after its fence took the same lock. So
@@ -31,20 +32,20 @@ def checked(uow: RunUnit, run: Run, item_id: int, spoken: str, done: FinishedIte
     new one) or reads it after this transaction commits (then it sees this take)."""
     if not done or done.lexicon_version == run.lexicon.version:
         return done
-    now = compiled_lexicon(uow.lexicon, run.organization_id)
+    now = compiled_lexicon(uow.lexicon, run.organization_id, run.lexicon.limit)
     try:
-        outdated = spoken_text(done.text, now) != spoken
-    except LexiconTimeout:
+        outdated = now.spoken(done.text) != spoken
+    except Unspeakable:
         outdated = True
     if outdated:
         uow.runs.mark_stale(run.job_id, item_id)
     return done
 
 
-def fail_unspeakable(items: Items, run: Run, item_id: int, message: str) -> None:
-    """End an item ERROR with ``message`` (a rule ran out of time on its text) in one
+def fail_unspeakable(steps: Steps, run: Run, item_id: int, message: str) -> bool:
+    """End an item ERROR with ``message`` (its spoken text would be too long) in one
     fenced transaction: started and failed at once, so nothing is reserved, billed or
-    sent. Raises Fenced when the run may no longer write."""
+    sent. False when the run may no longer write."""
 
     drained = False
 
@@ -56,11 +57,11 @@ def fail_unspeakable(items: Items, run: Run, item_id: int, message: str) -> None
         drained = started.drained
         return uow.runs.finish_item(run.job_id, run.attempt, item_id, error_message=message)
 
-    if not items.fenced_tx(run, work):
-        items.fence(run)  # raises Fenced, or the item was not startable
-        return
+    if not steps.fenced_tx(run, work, bool):
+        return steps.fence(run)  # fenced, or the item was not startable
     if drained:
-        items.gate.share_changed()
+        steps.shares_changed()
     log.warning(
         "item not sent job=%s attempt=%s item=%s: %s", run.job_id, run.attempt, item_id, message
     )
+    return True

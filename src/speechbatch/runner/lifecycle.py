@@ -1,84 +1,66 @@
-"""The runs of this process: their threads, their end, cancel, and a graceful stop.
+"""The runs of this process: their threads, their beat, their end, cancel, and a
+graceful stop.
 
 A claimed run gets a thread that reads its plan, groups its items by fingerprint (items
 that ask the provider the same thing are sent once, their duplicates share the audio)
-and lets up to ITEM_CONCURRENCY threads take groups from a queue. Each item goes
-through ``item.py`` (start, finish) and ``call.py`` (the call). When every thread is
-done the run ends in one fenced transaction; a graceful stop (SIGTERM) starts no new
-item, lets the calls in flight finish and ends the run INTERRUPTED.
+and, for each provider its lines are spoken by, lets up to ITEM_CONCURRENCY threads
+(lanes) take that provider's groups from a queue (``plan.py``). Each item goes
+through ``item.py``'s pipeline. When every lane is done the run ends in one fenced
+transaction; a graceful stop (SIGTERM) starts no new item, lets the calls in flight
+finish and ends the run INTERRUPTED.
+
+A run is GENERATING only while a live process runs it: the heartbeat stamps the beat of
+the runs in ``live_runs()`` and of no other. A lane that fails (not fenced) makes the run
+start nothing more and end with the reason: INTERRUPTED when the database stayed away
+longer than DB_RETRY_SECONDS (the resume loop sends the rest), FAILED otherwise. A run
+whose end cannot be written leaves ``live_runs()`` all the same: its beat stops, and the
+next read recovers it within WORKER_DEAD_SECONDS, as a dead process's run.
 """
 
 from __future__ import annotations
 
+import functools
 import logging
 import queue
 import threading
 import time
 import weakref
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Protocol, TypeVar
 
 from speechbatch.adapters import metrics
 from speechbatch.adapters.providers.base import TTSProvider
-from speechbatch.adapters.repositories.runs import RunPlan
 from speechbatch.adapters.repositories.slots import SlotRepository
-from speechbatch.adapters.uow import RunUnit, RunUowFactory
+from speechbatch.adapters.uow import RunUowFactory
 from speechbatch.config import Settings
-from speechbatch.domain.editing import parse_options, spoken_text
-from speechbatch.domain.fingerprints import fingerprinter
-from speechbatch.domain.lexicon import Lexicon, LexiconTimeout
-from speechbatch.errors import Fenced
-from speechbatch.runner.call import Calls
-from speechbatch.runner.gate import ProviderGate
+from speechbatch.errors import DatabaseUnavailable
+from speechbatch.runner.attempt import Outcome, Run
+from speechbatch.runner.finish import reuse_duplicate
+from speechbatch.runner.gate import provider_gates
 from speechbatch.runner.heartbeat import WorkerIdentity
-from speechbatch.runner.item import Items, Run
+from speechbatch.runner.item import run_item
 from speechbatch.runner.lexicon import fail_unspeakable
 from speechbatch.runner.loops import BackgroundLoop
+from speechbatch.runner.plan import Group, lanes, next_group, read_plan, take_plan, work_of
+from speechbatch.runner.steps import Steps
 from speechbatch.runner.transactions import Transactions
-from speechbatch.services.lexicon import compiled_lexicon
 from speechbatch.services.ports import Storage
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
 
 _RUNNERS: weakref.WeakSet[Runner] = weakref.WeakSet()
+INTERRUPTED_BY_STOP = (
+    "interrupted: the server stopped; Retry resumes without paying again for DONE items"
+)
 
 
-@dataclass
-class _Group:
-    """Items of one run that ask the provider the same thing: sent once, then shared."""
-
-    fingerprint: str
-    # (item id, spoken text): computed once, here; the start sends and bills it.
-    items: list[tuple[int, str]]
-    # An item a rule runs out of time on: it ends ERROR with this message, unsent.
-    error: str | None = None
-
-
-def _plan(uow: RunUnit, run: Run) -> tuple[RunPlan, Lexicon]:
-    """The run's plan and its organization's rules, read once in one transaction (the
-    rules are cached per version: no statement per item for them)."""
-    plan = uow.runs.run_plan(run.job_id, run.attempt)
-    return plan, compiled_lexicon(uow.lexicon, plan.organization_id)
-
-
-def _groups(provider: TTSProvider, run: Run, items: list[tuple[int, str]]) -> list[_Group]:
-    """The run's items grouped by fingerprint (of their spoken text, with the rules the
-    run began with), in the order of each group's first item; an item a rule runs out
-    of time on is a group of its own, first, to be ended ERROR."""
-    fingerprint = fingerprinter(provider)
-    groups: dict[str, _Group] = {}
-    unspeakable: list[_Group] = []
-    for item_id, text in items:
-        try:
-            spoken = spoken_text(text, run.lexicon)
-        except LexiconTimeout as exc:
-            unspeakable.append(_Group("", [(item_id, text)], error=str(exc)))
-            continue
-        fp = fingerprint(run.organization_id, run.voice, spoken, run.options)
-        groups.setdefault(fp, _Group(fp, [])).items.append((item_id, spoken))
-    return unspeakable + list(groups.values())
+def _interrupt(tx: Transactions, run: Run, message: str) -> None:
+    """End ``run`` INTERRUPTED (Retry resumes it) with ``message``, if it is still its job's."""
+    won = tx(lambda uow: uow.runs.interrupt_run(run.job_id, run.attempt, message))
+    if won:
+        metrics.RUNS.labels(outcome="INTERRUPTED").inc()
+    log.info("run interrupted job=%s attempt=%s won=%s", run.job_id, run.attempt, won)
 
 
 class Background(Protocol):
@@ -103,15 +85,20 @@ class Runner:
         self.storage = storage
         self.settings = settings
         self.identity = WorkerIdentity(
-            uow_factory, interval_seconds=max(0.2, min(10.0, settings.worker_dead_seconds / 4))
+            uow_factory,
+            interval_seconds=max(0.2, min(10.0, settings.worker_dead_seconds / 4)),
+            running=self.live_runs,
         )
         self._runs: dict[tuple[int, int], Run] = {}
         self._lock = threading.Lock()
         self._draining = threading.Event()
-        self.tx = Transactions(uow_factory, self._draining.is_set)
-        self.gate = ProviderGate(self._slot_tx, settings, self.worker_id, listen_dsn)
-        self.items = Items(self.tx, self.gate, provider, storage, settings, self._draining.is_set)
-        self.calls = Calls(self.items)
+        self.tx = Transactions(uow_factory, self._draining.is_set, settings.db_retry_seconds)
+        self.gate, gates = provider_gates(
+            provider, self._slot_tx, settings, self.worker_id, listen_dsn
+        )
+        self.steps = Steps(
+            self.tx, self.gate, provider, storage, settings, self._draining.is_set, gates
+        )
         # What the background loop runs once started (set by the app): the resume tick.
         self.background_tick: Callable[[], object] | None = None
         self._loops: list[Background] = []
@@ -121,11 +108,11 @@ class Runner:
     @property
     def provider(self) -> TTSProvider:
         """The provider this process's runs call."""
-        return self.items.provider
+        return self.steps.provider
 
     @provider.setter
     def provider(self, provider: TTSProvider) -> None:
-        self.items.provider = provider
+        self.steps.provider = provider
 
     def _slot_tx(self, work: Callable[[SlotRepository], T]) -> T:
         return self.tx(lambda uow: work(uow.slots))
@@ -136,7 +123,8 @@ class Runner:
         WORKER_DEAD_SECONDS, and a slow tick never delays the heartbeat."""
         self.worker_id()
         if tick is not None and not any(isinstance(w, BackgroundLoop) for w in self._loops):
-            loop = BackgroundLoop("speechbatch-resume", tick, self.identity.interval_seconds)
+            paying = functools.partial(_pay_owed_then, self.tx, tick)
+            loop = BackgroundLoop("speechbatch-resume", paying, self.identity.interval_seconds)
             self._loops.append(loop)
             loop.start()
         for work in [w for w in self.background_work if w not in self._loops]:
@@ -162,7 +150,7 @@ class Runner:
         ).start()
 
     def live_runs(self) -> list[tuple[int, int]]:
-        """(job, attempt) of the runs still going in this process."""
+        """(job, attempt) of the runs this process is running: the ones it beats for."""
         with self._lock:
             return list(self._runs)
 
@@ -178,45 +166,42 @@ class Runner:
             run.fenced.set()
 
     def _stopping(self, run: Run) -> bool:
-        return run.fenced.is_set() or self.draining or run.over_budget is not None
+        return self.steps.stop_reason(run) is not None
 
     def _run(self, run: Run) -> None:
         try:
             # Registered before any item: an item's start takes its slot as this worker.
             self.worker_id()
-            plan, run.lexicon = self.tx(lambda uow: _plan(uow, run))
-            run.voice, run.organization_id = plan.voice, plan.organization_id
-            run.regenerate, run.options = plan.regenerate, parse_options(plan.options)
-            work: queue.SimpleQueue[_Group] = queue.SimpleQueue()
-            groups = _groups(self.provider, run, plan.items)
-            for group in groups:
-                work.put(group)
+            plan, run.lexicon = self.tx(lambda uow: read_plan(uow, run, self.provider.max_chars))
+            take_plan(run, plan, self.provider)
+            by_provider = work_of(self.steps, run, plan.items)
             threads = [
                 threading.Thread(
                     target=self._take_groups,
-                    args=(run, work),
+                    args=(run, queues),
                     daemon=True,
-                    name=f"speechbatch-job-{run.job_id}-a{run.attempt}-{n}",
+                    name=f"speechbatch-job-{run.job_id}-a{run.attempt}-{queues[0][0]}-{n}",
                 )
-                for n in range(min(self.settings.item_concurrency, max(1, len(groups))))
+                for n, queues in enumerate(lanes(by_provider, self.settings.item_concurrency))
             ]
             for t in threads:
                 t.start()
             for t in threads:
                 t.join()
-            self._end(run, left=run.left_items or not work.empty())
+            self._end(run, left=run.left_items or any(not p.work.empty() for p in by_provider))
         except Exception as exc:
             log.exception("run crashed job=%s attempt=%s", run.job_id, run.attempt)
-            self._end_after_crash(run, exc)
+            run.failure = run.failure or exc
+            self._end_failed(run)
         finally:
-            self.gate.share_changed()  # this run wants no more slots
+            self.steps.shares_changed()  # this run wants no more slots
             run.done.set()
             with self._lock:
                 self._runs.pop((run.job_id, run.attempt), None)
 
     def _end(self, run: Run, *, left: bool) -> None:
-        """End the run: fenced (nothing to write), interrupted (draining with items
-        left), or its outcome from the items."""
+        """End the run: fenced (nothing to write), failed (a lane's reason), interrupted
+        (draining with items left), or its outcome from the items."""
         if run.fenced.is_set():
             metrics.FENCED.inc()
             log.warning(
@@ -224,8 +209,11 @@ class Runner:
                 run.job_id, run.attempt,
             )  # fmt: skip
             return
+        if run.failure is not None:
+            self._end_failed(run)
+            return
         if self.draining and left:
-            self._interrupt(run)
+            _interrupt(self.tx, run, INTERRUPTED_BY_STOP)
             return
         status = self.tx(
             lambda uow: uow.runs.finish_run(run.job_id, run.attempt, over_budget=run.over_budget)
@@ -236,35 +224,43 @@ class Runner:
             metrics.RUNS.labels(outcome=status).inc()
         log.info("run ended job=%s attempt=%s status=%s", run.job_id, run.attempt, status)
 
-    def _end_after_crash(self, run: Run, exc: Exception) -> None:
+    def _end_failed(self, run: Run) -> None:
+        """End a run a lane gave up with its reason: INTERRUPTED (to be resumed) when the
+        database was away too long, FAILED otherwise. When even that cannot be written,
+        the run leaves this process's beat and is recovered within WORKER_DEAD_SECONDS."""
+        failure = run.failure
         try:
-            self.tx(
-                lambda uow: uow.runs.finish_run(
-                    run.job_id, run.attempt, run_error=f"run failed: {exc}"
-                )
-            )
+            if isinstance(failure, DatabaseUnavailable):
+                seconds = self.settings.db_retry_seconds
+                _interrupt(self.tx, run, f"interrupted: the database was unreachable for over "
+                                     f"{seconds:g} s; Retry resumes without paying again for "
+                                     "DONE items")  # fmt: skip
+                return
+            status = self.tx(lambda uow: uow.runs.finish_run(
+                run.job_id, run.attempt, run_error=f"run failed: {failure}"))  # fmt: skip
+            if status is not None:
+                metrics.RUNS.labels(outcome="FAILED").inc()
         except Exception:
-            # Recovery will find it through the lease or the heartbeat.
-            log.exception("could not end crashed run job=%s", run.job_id)
+            log.exception("could not end a failed run job=%s: recovery will", run.job_id)
 
-    def _take_groups(self, run: Run, work: queue.SimpleQueue[_Group]) -> None:
-        while not self._stopping(run):
-            try:
-                group = work.get_nowait()
-            except queue.Empty:
-                break
-            try:
+    def _take_groups(self, run: Run, queues: list[tuple[str, queue.SimpleQueue[Group]]]) -> None:
+        """One lane: take groups (from its own provider's queue first, then the others')
+        until there are none or the run stops. A failure that is not a fence stops the
+        run's starts (the run ends with it, see ``_end``)."""
+        try:
+            while not self._stopping(run):
+                group = next_group(queues)
+                if group is None:
+                    break
                 self._process_group(run, group)
-            except Fenced:
-                run.fenced.set()
-            except Exception:
-                # The database stayed away longer than DB_RETRY_SECONDS: the item is left
-                # GENERATING and recovery finds it, as for a process that died here.
-                log.exception("item failed job=%s attempt=%s", run.job_id, run.attempt)
-                run.fenced.set()
-        self.gate.lane_ended(run.job_id)
+        except Exception as exc:
+            log.exception("lane failed job=%s attempt=%s", run.job_id, run.attempt)
+            if run.failure is None:
+                run.failure = exc
+        finally:
+            self.steps.lane_ended(run.job_id)
 
-    def _process_group(self, run: Run, group: _Group) -> None:
+    def _process_group(self, run: Run, group: Group) -> None:
         """Send the group's first item; its duplicates then share that audio.
 
         When the first fails, the next one is sent (each is a call of its own); a
@@ -276,37 +272,22 @@ class Runner:
                 run.left_items = True
                 return
             if group.error is not None:
-                fail_unspeakable(self.items, run, item_id, group.error)
+                if not fail_unspeakable(self.steps, run, item_id, group.error):
+                    return
                 continue
             if source is None:
-                if self._process_item(run, item_id, spoken, group.fingerprint):
+                outcome = run_item(
+                    self.steps, run, item_id, spoken, group.fingerprint, group.voice
+                ).outcome
+                if outcome in (Outcome.SENT, Outcome.REUSED):
                     source = item_id
-                continue
-            self.items.reuse_duplicate(run, item_id, source, group.fingerprint, spoken)
-
-    def _process_item(self, run: Run, item_id: int, spoken: str, fingerprint: str) -> bool:
-        """Start, call and finish one item; whether it ended DONE with audio."""
-        started = self.items.start(run, item_id, spoken, fingerprint)
-        if started is None:
-            return False
-        if started.reused_from is not None:
-            self.items.delete_orphans(started.orphaned_audio_paths)
-            self.items.reused(run, item_id, started.reused_from)
-            return True
-        answer = self.calls.send(run, started)
-        if answer is None:
-            return False
-        audio, error = answer
-        return self.items.finish(run, started, audio, error)
-
-    def _interrupt(self, run: Run) -> None:
-        message = (
-            "interrupted: the server stopped; Retry resumes without paying again for DONE items"
-        )
-        won = self.tx(lambda uow: uow.runs.interrupt_run(run.job_id, run.attempt, message))
-        if won:
-            metrics.RUNS.labels(outcome="INTERRUPTED").inc()
-        log.info("run interrupted job=%s attempt=%s won=%s", run.job_id, run.attempt, won)
+            else:
+                outcome = reuse_duplicate(
+                    self.steps, run, item_id, source, group.fingerprint, spoken
+                )
+            if outcome is Outcome.FENCED:
+                run.fenced.set()
+                return
 
     def stop_starting_items(self) -> None:
         """Start no new item from now on (safe to call from a signal handler)."""
@@ -327,10 +308,11 @@ class Runner:
                 # Calls still in flight past the grace period: end the run now; when they
                 # return, their writes are fenced.
                 try:
-                    self._interrupt(run)
+                    _interrupt(self.tx, run, INTERRUPTED_BY_STOP)
                 except Exception:
                     log.exception("could not interrupt job=%s", run.job_id)
-        self.gate.close()
+        for gate in self.steps.all_gates():
+            gate.close()
         self.identity.stop()
 
 
@@ -338,6 +320,12 @@ def stop_starting_items() -> None:
     """Tell every runner of this process to start no new item (SIGTERM arrived)."""
     for runner in list(_RUNNERS):
         runner.stop_starting_items()
+
+
+def _pay_owed_then(tx: Transactions, tick: Callable[[], object]) -> None:
+    """One background tick: first the give-backs the database refused while it was away."""
+    tx.pay_owed()
+    tick()
 
 
 def start_background_all() -> None:

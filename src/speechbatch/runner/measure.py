@@ -1,15 +1,22 @@
 """Measuring a finished item's audio before its finish transaction (never inside one):
-its duration and a quality verdict (see ``domain.quality``)."""
+its duration, a quality verdict (see ``domain.quality``) and its timing (see
+``domain.timing``: the provider's when it gave some, else measured from the audio)."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import json
+import logging
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from speechbatch.adapters.audio.measure import measure
+from speechbatch.adapters.audio.timing import measure_timing
 from speechbatch.domain.editing import speed_of
 from speechbatch.domain.quality import verdict
+from speechbatch.domain.timing import Timing, provided_timing
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -29,3 +36,19 @@ def measure_audio(audio: bytes, spoken_text: str, options: Mapping[str, Any]) ->
         return Measured()
     suspect = verdict(measured, len(spoken_text), speed_of(options))
     return Measured(round(measured.duration_seconds, 3), suspect)
+
+
+def time_take(
+    audio: bytes, spoken_text: str, voice: str, provided: Sequence[Mapping[str, Any]] | None
+) -> str | None:
+    """The take's timing as stored (JSON): the provider's words as it gave them; else
+    measured from the audio, by word where it can, else the provider's sentences (Piper's),
+    else by sentence; None when nothing can say (a failure to measure never fails the
+    item)."""
+    timing: Timing | None = provided_timing(provided, spoken_text) if provided else None
+    if timing is None or timing.words is None:
+        try:
+            timing = measure_timing(audio, spoken_text, voice, timing)
+        except Exception:  # a take without timing is still a take
+            log.exception("could not measure the timing of a take")
+    return None if timing is None else json.dumps(timing.as_json(), separators=(",", ":"))

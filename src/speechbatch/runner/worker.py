@@ -8,8 +8,8 @@ is the fallback (SQLite, a lost notification, a run another worker failed to tak
 
 Every kind of work a worker takes is a *taker*, a callable that takes what is waiting
 by compare-and-set, starts it on threads of this process and says how many it took.
-The app wires them (``app.build_worker_tier``): claimed runs and exports today; renders
-and webhook deliveries are started here by adding their takers to ``takers``.
+The app wires them (``app.build_worker_tier``): claimed runs, and the exports and renders
+that web processes queued (``runner/builders.py``).
 
 SIGTERM is as graceful as gunicorn's: ``stop()`` (from the signal handler) takes nothing
 more and starts no new item; ``drain()`` then lets in-flight calls finish within the
@@ -58,7 +58,7 @@ class WorkerTier:
         self._stop = threading.Event()
         # Set once the worker would notice a claim (it listens, or it only polls).
         self.listening = threading.Event()
-        # What a worker takes; renders and webhook deliveries are added here (see above).
+        # What a worker takes; the app adds the builders' takers (see above).
         self.takers: list[Taker] = [self.take_waiting_runs]
         # Graceful-stop steps beside the runner's (e.g. waiting for exports being built).
         self.drainers: list[Callable[[float], object]] = []

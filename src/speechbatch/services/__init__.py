@@ -8,7 +8,7 @@ from speechbatch.adapters.repositories import UserRecord
 from speechbatch.adapters.uow import ReadScope
 from speechbatch.domain.editing import Selection
 from speechbatch.services.accounts import authenticate_token, create_token, hash_token
-from speechbatch.services.documents import DOCUMENT_SUFFIXES, import_document
+from speechbatch.services.documents import DOCUMENT_SUFFIXES, import_document, read_choices
 from speechbatch.services.editing import selection_from_query, selection_of
 from speechbatch.services.generation import RunStarter, start_generation
 from speechbatch.services.jobs import (
@@ -73,6 +73,7 @@ __all__ = [
     "open_reads",
     "parse_items_csv",
     "parse_items_text",
+    "read_choices",
     "read_job",
     "read_job_items",
     "read_jobs",

@@ -16,6 +16,8 @@ from speechbatch.adapters.passwords import DUMMY_HASH, check_password
 from speechbatch.adapters.repositories import TokenOwner, TokenRecord, UserRecord
 from speechbatch.adapters.repositories.tokens import LAST_USE_RESOLUTION_SECONDS
 from speechbatch.adapters.uow import ReadScope, UowFactory
+from speechbatch.domain.limits import MAX_TOKEN_NAME
+from speechbatch.domain.text import text_problem
 from speechbatch.errors import DatabaseError, NotFound, TooManySignIns, ValidationError
 
 log = logging.getLogger(__name__)
@@ -23,7 +25,6 @@ log = logging.getLogger(__name__)
 TOKEN_PREFIX = "sb_"
 # What a person sees of a token to recognise it: "sb_" and 8 of its random characters.
 SHOWN_PREFIX_LENGTH = len(TOKEN_PREFIX) + 8
-MAX_TOKEN_NAME = 100
 SIGN_IN_LIMIT = 5
 SIGN_IN_WINDOW_SECONDS = 15 * 60.0
 
@@ -55,7 +56,7 @@ def clean_token_name(name: Any) -> str:
     name = name.strip()
     if len(name) > MAX_TOKEN_NAME:
         raise ValidationError(f"name is longer than {MAX_TOKEN_NAME} characters", field="name")
-    if "\x00" in name or any("\ud800" <= c <= "\udfff" for c in name):
+    if text_problem(name) is not None:
         raise ValidationError("name must be text without NUL or lone surrogates", field="name")
     return name
 

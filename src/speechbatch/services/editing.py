@@ -1,5 +1,5 @@
-"""Editing a job that is not running: an item's text, its takes, the job's voice and
-options, and deleting the job. Each is one short transaction that locks the job row
+"""Editing a job that is not running: an item's text, its takes, the job's voice,
+options and cast, and deleting the job. Each is one short transaction that locks the job row
 first; none of them sends anything (only a run does).
 """
 
@@ -12,6 +12,7 @@ from speechbatch.adapters.repositories import UserRecord
 from speechbatch.adapters.repositories.edits import LockedJob
 from speechbatch.adapters.repositories.tables import audio_url, take_audio_url
 from speechbatch.adapters.uow import UowFactory, WriteUnit
+from speechbatch.domain.cast import changed_speakers
 from speechbatch.domain.editing import (
     OptionsError,
     Selection,
@@ -21,7 +22,8 @@ from speechbatch.domain.editing import (
 )
 from speechbatch.domain.statuses import JobStatus
 from speechbatch.errors import AlreadyGenerating, NotFound, ValidationError
-from speechbatch.services.jobs import MAX_ITEMS, Limits, validate_text
+from speechbatch.services.books import set_author
+from speechbatch.services.jobs import MAX_ITEMS, Limits, validate_cast, validate_text
 from speechbatch.services.lexicon import compiled_lexicon, stale_now
 from speechbatch.services.ports import Storage
 
@@ -105,6 +107,15 @@ def item_page(
     return {"item": item, **item_takes(uow_factory, user, job_id, item_id, keep)}
 
 
+def selection_lines(
+    uow_factory: UowFactory, user: UserRecord, job_id: int, selection: Selection, limit: int
+) -> tuple[list[dict[str, Any]], int]:
+    """The first ``limit`` lines a selection names (position, key, text, status, stale),
+    in position order, and how many it names in all: what the confirmation page lists."""
+    with uow_factory(read_only=True) as uow:
+        return uow.takes.selected_lines(job_id, user.organization_id, selection.items, limit)
+
+
 def take_audio_key(
     uow_factory: UowFactory, user: UserRecord, job_id: int, item_id: int, take: int, keep: int
 ) -> str:
@@ -127,10 +138,12 @@ def restore_take(
     item_id: int,
     take: int,
     keep: int,
+    limit: int,
 ) -> None:
     """Make a kept take the item's audio again, without a provider call: the item's text
     becomes the take's and it is DONE, stale when the stale pass would mark it so (the
-    take was made from another voice, options or spoken text than would be sent now)."""
+    take was made from another voice, options or spoken text than would be sent now, to
+    items of at most ``limit`` characters)."""
     _kept_number(take)
     with uow_factory() as uow:
         job = _locked(uow, user, job_id)
@@ -139,7 +152,7 @@ def restore_take(
         orphans = uow.edits.restore_take(job_id, item_id, take)
         # The pass's own question and predicate: the next pass never undoes this mark.
         restored = uow.lexicon.done_item(job_id, item_id)
-        rules = compiled_lexicon(uow.lexicon, job.organization_id)
+        rules = compiled_lexicon(uow.lexicon, job.organization_id, limit)
         if restored is not None and stale_now(restored, rules):
             uow.lexicon.set_stale(job_id, [item_id], [])
         uow.edits.settle_job(job_id)
@@ -157,20 +170,32 @@ def job_options(raw: Any) -> dict[str, Any]:
         raise ValidationError(str(exc), field="options") from None
 
 
+_JOB_CHANGES = ("voice", "options", "author", "cast")
+
+
 def update_job(
     uow_factory: UowFactory, user: UserRecord, job_id: int, body: dict[str, Any], limits: Limits
 ) -> bool:
-    """Change the job's voice and/or options for the items sent from then on; a change
-    marks every item with audio stale. Answers whether anything changed."""
-    if "voice" not in body and "options" not in body:
-        raise ValidationError("give voice or options to change", field="voice")
-    unknown = sorted(set(body) - {"voice", "options"})
+    """Change the job's voice and/or options for the items sent from then on (a change
+    marks every item with audio stale), its cast (a speaker whose voice changes has
+    exactly their DONE lines marked stale), and/or its author (which no audio depends
+    on, so in any state). Answers whether the voice, options or cast changed."""
+    if not set(_JOB_CHANGES) & set(body):
+        raise ValidationError("give voice, options, cast or author to change", field="voice")
+    unknown = sorted(set(body) - set(_JOB_CHANGES))
     if unknown:
-        raise ValidationError(f"unknown field {unknown[0]!r}: voice and options", field="voice")
+        raise ValidationError(
+            f"unknown field {unknown[0]!r}: voice, options, cast and author", field="voice"
+        )
     voice = body.get("voice")
     if "voice" in body and (not isinstance(voice, str) or voice.strip() not in limits.voices):
         raise ValidationError(f"voice must be one of: {', '.join(limits.voices)}", field="voice")
     options = job_options(body["options"]) if "options" in body else None
+    cast = validate_cast(body["cast"], limits, allow_removal=True) if "cast" in body else None
+    if "author" in body:
+        set_author(uow_factory, user, job_id, body["author"])
+    if "voice" not in body and "options" not in body and cast is None:
+        return False
     with uow_factory() as uow:
         job = _locked(uow, user, job_id)
         new_voice = voice.strip() if isinstance(voice, str) else job.voice
@@ -181,9 +206,24 @@ def update_job(
         )
         if changed:
             uow.edits.set_voice_and_options(job_id, new_voice, new_options)
+        if cast:
+            changed = _recast(uow, job_id, cast, new_voice) or changed
         uow.commit()
     log.info("job changed job=%s by=%s changed=%s", job_id, user.email, changed)
     return changed
+
+
+def _recast(uow: WriteUnit, job_id: int, changes: dict[str, str | None], narrator: str) -> bool:
+    """Apply a cast change; mark stale the DONE lines of each speaker whose voice it
+    changes (and only theirs). Answers whether any speaker's voice changed."""
+    before = uow.edits.cast_of(job_id)
+    merged = {**before, **changes}
+    after = {speaker: voice for speaker, voice in merged.items() if voice is not None}
+    uow.edits.change_cast(job_id, changes)
+    moved = changed_speakers(before, after, narrator)
+    if moved:
+        uow.edits.mark_speakers_stale(job_id, moved)
+    return bool(moved) or before != after
 
 
 def delete_job(uow_factory: UowFactory, storage: Storage, user: UserRecord, job_id: int) -> None:

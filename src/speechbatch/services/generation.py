@@ -111,7 +111,7 @@ def _claim(
         )
         if recovery_first and head is not None and head.needs_recovery:
             return None
-        lexicon = compiled_lexicon(uow.lexicon, user.organization_id)
+        lexicon = compiled_lexicon(uow.lexicon, user.organization_id, runner.provider.max_chars)
         check_budget(
             uow.spending, runner.provider, user, job_id, regenerate=regenerate, lexicon=lexicon
         )

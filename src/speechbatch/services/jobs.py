@@ -10,18 +10,21 @@ from typing import Any
 
 from speechbatch.adapters.repositories import UserRecord
 from speechbatch.adapters.uow import UowFactory
+from speechbatch.domain.cast import CastError, clean_speaker
 from speechbatch.domain.editing import OptionsError, clean_options, options_json
+from speechbatch.domain.limits import MAX_CAST, MAX_ITEMS, MAX_KEY, MAX_TITLE
+from speechbatch.domain.text import has_visible, text_problem
 from speechbatch.errors import (
     ValidationError,
 )
+from speechbatch.services.books import clean_author
+from speechbatch.services.idempotency import KeyClaim, bind_key
 
 log = logging.getLogger(__name__)
 
-MAX_TITLE = 200
-MAX_ITEMS = 5000
-MAX_KEY = 100
 KEY_PATTERN = re.compile(rf"[A-Za-z0-9._-]{{1,{MAX_KEY}}}")
 KEY_TRIMMED = " \t\n\r"  # what is trimmed around a key (the OpenAPI pattern says the same)
+ITEM_FIELDS = {"text", "key", "speaker"}
 
 
 @dataclass(frozen=True)
@@ -34,13 +37,7 @@ class Limits:
 
 def _storable(text: str) -> bool:
     """Whether a text can be stored: no NUL, no lone surrogate (not valid UTF-8)."""
-    if "\x00" in text:
-        return False
-    try:
-        text.encode("utf-8")
-    except UnicodeEncodeError:
-        return False
-    return True
+    return text_problem(text) is None
 
 
 def _item_text(n: int, text: Any, limits: Limits) -> str:
@@ -62,26 +59,41 @@ def _item_key(n: int, key: Any, seen: set[str]) -> str:
     return key
 
 
-def validate_items(entries: Any, limits: Limits) -> tuple[list[str], list[str | None]]:
-    """Trim and check items given as texts or ``{"text", "key"}`` objects; return the
-    texts and their keys (None where an item has none)."""
+def _item_speaker(n: int, speaker: Any) -> str:
+    """Item ``n``'s trimmed speaker; 422 unless 1-50 characters of text."""
+    try:
+        return clean_speaker(speaker)
+    except CastError as exc:
+        raise ValidationError(f"item {n}: {exc}", field="items") from None
+
+
+def validate_items(
+    entries: Any, limits: Limits
+) -> tuple[list[str], list[str | None], list[str | None]]:
+    """Trim and check items given as texts or ``{"text", "key"?, "speaker"?}`` objects;
+    return the texts, their keys and their speakers (None where an item has none)."""
     if not isinstance(entries, list) or not entries:
         raise ValidationError("items must be a non-empty list of texts", field="items")
     if len(entries) > MAX_ITEMS:
         raise ValidationError(f"a job has at most {MAX_ITEMS} items", field="items")
     texts: list[str] = []
     keys: list[str | None] = []
+    speakers: list[str | None] = []
     seen: set[str] = set()
     for n, entry in enumerate(entries, start=1):
         if isinstance(entry, dict):
-            if set(entry) - {"text", "key"}:
-                raise ValidationError(f"item {n} has fields other than text and key", field="items")
+            if set(entry) - ITEM_FIELDS:
+                raise ValidationError(
+                    f"item {n} has fields other than text, key and speaker", field="items"
+                )
             texts.append(_item_text(n, entry.get("text"), limits))
             keys.append(_item_key(n, entry["key"], seen) if "key" in entry else None)
+            speakers.append(_item_speaker(n, entry["speaker"]) if "speaker" in entry else None)
         else:
             texts.append(_item_text(n, entry, limits))
             keys.append(None)
-    return texts, keys
+            speakers.append(None)
+    return texts, keys, speakers
 
 
 def validate_head(title: Any, voice: Any, limits: Limits) -> tuple[str, str]:
@@ -89,6 +101,8 @@ def validate_head(title: Any, voice: Any, limits: Limits) -> tuple[str, str]:
     if not isinstance(title, str) or not title.strip():
         raise ValidationError("title is required", field="title")
     title = title.strip()
+    if not has_visible(title):
+        raise ValidationError("title needs a visible character", field="title")
     if len(title) > MAX_TITLE:
         raise ValidationError(f"title is longer than {MAX_TITLE} characters", field="title")
     if not isinstance(voice, str) or voice.strip() not in limits.voices:
@@ -98,10 +112,37 @@ def validate_head(title: Any, voice: Any, limits: Limits) -> tuple[str, str]:
     return title, voice.strip()
 
 
+def validate_cast(raw: Any, limits: Limits, *, allow_removal: bool) -> dict[str, str | None]:
+    """A cast from a request, ``{SPEAKER: VOICE}``, each voice one of the deployment's
+    (with ``allow_removal``, null takes a speaker out: their lines go to the narrator)."""
+    if not isinstance(raw, dict):
+        raise ValidationError("cast must be an object of speaker: voice", field="cast")
+    if len(raw) > MAX_CAST:
+        raise ValidationError(f"a cast has at most {MAX_CAST} speakers", field="cast")
+    cleaned: dict[str, str | None] = {}
+    for name, voice in raw.items():
+        try:
+            speaker = clean_speaker(name)
+        except CastError as exc:
+            raise ValidationError(f"cast: {exc}", field="cast") from None
+        if speaker in cleaned:
+            raise ValidationError(f"cast: {speaker!r} is named twice", field="cast")
+        if voice is None and allow_removal:
+            cleaned[speaker] = None
+        elif isinstance(voice, str) and voice.strip() in limits.voices:
+            cleaned[speaker] = voice.strip()
+        else:
+            raise ValidationError(
+                f"cast: the voice of {speaker!r} must be one of: {', '.join(limits.voices)}",
+                field="cast",
+            )
+    return cleaned
+
+
 def validate_job(title: Any, voice: Any, texts: Any, limits: Limits) -> tuple[str, str, list[str]]:
     """Trim and check a job's input; raise ValidationError naming the field."""
     head = validate_head(title, voice, limits)
-    cleaned, _keys = validate_items(texts, limits)
+    cleaned, _keys, _speakers = validate_items(texts, limits)
     return *head, cleaned
 
 
@@ -132,11 +173,17 @@ def create_job(
     texts: Any,
     limits: Limits,
     options: Any = None,
+    author: Any = None,
+    idempotency: KeyClaim | None = None,
+    cast: Any = None,
 ) -> int:
-    """Validate and store a new PENDING job (with its ``options``, None: none); return
-    its id."""
+    """Validate and store a new PENDING job (with its ``options``, None: none, its
+    ``author`` and its ``cast``, None: none); return its id. With ``idempotency``, the
+    request's key is tied to the job as it is stored."""
     title, voice = validate_head(title, voice, limits)
-    cleaned, keys = validate_items(texts, limits)
+    cleaned_author = clean_author(author)
+    cleaned, keys, speakers = validate_items(texts, limits)
+    members = validate_cast({} if cast is None else cast, limits, allow_removal=False)
     try:
         stored = options_json(clean_options({} if options is None else options))
     except OptionsError as exc:
@@ -145,7 +192,13 @@ def create_job(
         job_id = uow.jobs.create_job(
             user.organization_id, user.id, title, voice, cleaned,
             keys=keys if any(keys) else None, options=stored,
+            speakers=speakers if any(speakers) else None,
         )  # fmt: skip
+        if members:
+            uow.edits.change_cast(job_id, members)
+        if cleaned_author is not None:
+            uow.books.set_author(job_id, user.organization_id, cleaned_author)
+        bind_key(uow, idempotency, f"job:{job_id}")
         uow.commit()
     return job_id
 
@@ -160,22 +213,24 @@ def _cell(row: list[str], column: int | None) -> str:
 
 
 def parse_items_csv(text: str) -> list[str | dict[str, str]]:
-    """Items from a CSV upload: with a header naming a ``text`` column (and optionally a
-    ``key`` one), those columns; otherwise the first column of each row (a lone 'item' or
-    'items' header is skipped)."""
+    """Items from a CSV upload: with a header naming a ``text`` column (and optionally
+    ``key`` and ``speaker`` ones), those columns; otherwise the first column of each row
+    (a lone 'item' or 'items' header is skipped)."""
     import csv
     import io
 
     rows = [r for r in csv.reader(io.StringIO(text)) if any(c.strip() for c in r)]
     header = [c.strip().lower() for c in rows[0]] if rows else []
     if "text" in header:
-        text_at = header.index("text")
-        key_at = header.index("key") if "key" in header else None
+        columns = {
+            name: header.index(name) for name in ("text", "key", "speaker") if name in header
+        }
         entries: list[str | dict[str, str]] = []
         for row in rows[1:]:
-            body, key = _cell(row, text_at), _cell(row, key_at)
-            if body or key:
-                entries.append({"text": body, "key": key} if key else body)
+            cells = {name: _cell(row, at) for name, at in columns.items()}
+            extra = {name: cell for name, cell in cells.items() if cell and name != "text"}
+            if cells["text"] or extra:
+                entries.append({"text": cells["text"], **extra} if extra else cells["text"])
         return entries
     rows = [r for r in rows if r[0].strip()]
     if rows and rows[0][0].strip().lower() in ("item", "items"):

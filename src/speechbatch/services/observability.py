@@ -4,7 +4,7 @@ mean the database is away (so an entry point can answer 503 instead of 500)."""
 from __future__ import annotations
 
 from ..adapters import metrics
-from ..adapters.uow import DRIVER_ERRORS, database_error
+from ..adapters.db_errors import DRIVER_ERRORS, database_error
 
 __all__ = ["DRIVER_ERRORS", "database_error", "metrics_exposition"]
 

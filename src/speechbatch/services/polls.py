@@ -8,7 +8,6 @@ import logging
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, replace
 from datetime import timedelta
-from typing import Any
 
 from speechbatch.adapters.models import JobStatus
 from speechbatch.adapters.read import (
@@ -37,6 +36,7 @@ from speechbatch.services.accounts import (
     note_token_use,
 )
 from speechbatch.services.recovery import recover_stale
+from speechbatch.shapes.jobs import Lease
 
 log = logging.getLogger(__name__)
 
@@ -116,10 +116,9 @@ def _poll(
 
     poll = once()
     if poll.head is not None and poll.head.needs_recovery:
-        user = poll.user or who
-        assert isinstance(user, UserRecord)
         reads.close()
-        recover_stale(uow_factory, settings, organization_id=user.organization_id, job_id=job_id)
+        organization_id = _organization(poll, who)
+        recover_stale(uow_factory, settings, organization_id=organization_id, job_id=job_id)
         poll = once()
     if poll.token_use_due is not None:
         note_token_use(uow_factory, poll.token_use_due)
@@ -141,7 +140,14 @@ def _through_cache(
     return poll
 
 
-def lease_of(head: JobHead, settings: Settings) -> dict[str, Any]:
+def _organization(poll: JobPoll, who: UserRecord | Bearer) -> int:
+    """The organization of whoever asked (a token's user, read by the poll)."""
+    user = poll.user or who
+    assert isinstance(user, UserRecord)
+    return user.organization_id
+
+
+def lease_of(head: JobHead, settings: Settings) -> Lease:
     """The live run's lease: its worker, and when it expires without progress (database
     timestamps). Nothing here moves with the worker's heartbeats, so a heartbeat does
     not change the answer (nor its ETag); a worker that stops beating for
@@ -202,10 +208,10 @@ def read_job(
     if if_none_match(etag):
         return Conditional(etag, None)
     if poll.document is None:  # the client named this version but does not match it
-        return Conditional(
-            etag, _job_document(reads.statement().views, head, settings, with_items=with_items)
-        )
-    return Conditional(etag, _with_lease(poll.document, head, settings))
+        body = _job_document(reads.statement().views, head, settings, with_items=with_items)
+    else:
+        body = _with_lease(poll.document, head, settings)
+    return Conditional(etag, body)
 
 
 MAX_ITEMS_PAGE = 1000
@@ -273,10 +279,10 @@ def read_job_items(
     page = poll.document
     if page is None:  # the client named this version but does not match it
         page = reads.statement().views.items_json(head.id, wanted)
-    if flag is not None:  # the flagged page's document carries its own total
-        return Conditional(etag, page)
-    total = head.total if status is None else head.counts[status]
-    return Conditional(etag, f'{{"items": {page}, "total": {total}}}')
+    if flag is None:  # a flagged page's document carries its own total
+        total = head.total if status is None else head.counts[status]
+        page = f'{{"items": {page}, "total": {total}}}'
+    return Conditional(etag, page)
 
 
 def read_jobs(

@@ -1,9 +1,11 @@
 """What the services need of the pieces around them, as Protocols (the app wires the
-concrete ones): the runner, the audio storage, and the app's bundle of both."""
+concrete ones): the runner, the background builders, the audio storage, and the app's
+bundle of them."""
 
 from __future__ import annotations
 
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO, Protocol
 
@@ -11,7 +13,9 @@ from speechbatch.adapters.providers.base import TTSProvider
 from speechbatch.adapters.read import DocumentCache
 from speechbatch.adapters.uow import UowFactory
 from speechbatch.config import Settings
+from speechbatch.domain.renders import RenderOptions
 from speechbatch.services.jobs import Limits
+from speechbatch.shapes.accounts import VoiceDetail
 
 
 class RunControl(Protocol):
@@ -24,6 +28,42 @@ class RunControl(Protocol):
     def worker_id(self) -> int | None: ...
     def start(self, job_id: int, attempt: int) -> None: ...
     def cancel(self, job_id: int, attempt: int) -> None: ...
+
+
+@dataclass(frozen=True)
+class ExportTask:
+    """What an export's builder needs: the export, and the grant that fences its writes."""
+
+    export_id: int
+    organization_id: int
+    lock_id: int
+    holder: str
+    ttl_seconds: float
+
+
+@dataclass(frozen=True)
+class RenderTask:
+    """What a render's builder needs: the render, its job, and the grant that fences its
+    writes."""
+
+    render_id: int
+    organization_id: int
+    job_id: int
+    job_title: str
+    items: int
+    lock_id: int
+    holder: str
+    ttl_seconds: float
+    options: RenderOptions
+
+
+class Builders(Protocol):
+    """What starting an export or a render needs of the background builders
+    (``runner/builders.py``): build it on a thread of this process, as the holder of the
+    task's grant."""
+
+    def build_export(self, task: ExportTask) -> None: ...
+    def build_render(self, task: RenderTask) -> None: ...
 
 
 class Storage(Protocol):
@@ -57,6 +97,8 @@ class AppServices(Protocol):
     # What a click's claim and a cancel go through: this process's runner, or (with
     # SPEECHBATCH_RUNNER=worker) the hand-off that leaves runs to the worker tier.
     run_control: RunControl
+    # Where a start (not queued for the worker tier) hands its export or render.
+    builders: Builders
     documents: DocumentCache
     # Writes the stale marks after a lexicon change (a PUT nudges it); None: the
     # background tick alone does.
@@ -64,3 +106,5 @@ class AppServices(Protocol):
 
     @property
     def limits(self) -> Limits: ...
+
+    def voice_details(self) -> list[VoiceDetail]: ...

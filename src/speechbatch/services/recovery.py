@@ -58,7 +58,7 @@ def _dead_run_message(job: StaleJob, settings: Settings) -> str:
     elif job.reason == "unassigned":
         why = f"no worker took it within {settings.worker_dead_seconds:g} s"
     else:
-        why = f"worker {job.worker} stopped heartbeating"
+        why = f"worker {job.worker} stopped heartbeating for this run (it died, or gave it up)"
     return f"auto-recovered: {why}; Retry resumes without paying again for DONE items"
 
 

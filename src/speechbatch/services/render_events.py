@@ -40,6 +40,9 @@ def render_view(record: RenderRecord) -> dict[str, Any]:
         else None,
         "created_at": record.created_at.isoformat(),
         "finished_at": record.finished_at.isoformat() if record.finished_at else None,
+        "preset": record.preset,
+        "check": record.check_report if completed else None,
+        "chapter_files_url": f"{base}/chapters.zip" if completed and record.zip_path else None,
     }
 
 

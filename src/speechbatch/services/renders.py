@@ -2,9 +2,10 @@
 
 ``start_render`` checks that every item is DONE, takes the organization's lock of job type
 ``render:JOB_ID`` and inserts the render row in one transaction, then builds the file in a
-background thread of this process (``render_builder``), exactly as exports are built: the
-lock is renewed in short transactions, the files are published while the grant is ours,
-and the render is completed and the lock released in one transaction fenced by the grant.
+background thread (``runner/render_builder.py``, of this process or of a worker's with the
+worker tier), exactly as exports are built: the lock is renewed in short transactions, the
+files are published while the grant is ours, and the render is completed and the lock
+released in one transaction fenced by the grant.
 A holder that dies stops renewing; the next read of the job's renders flips its render to
 FAILED once the lease has run out, and the next ``start_render`` reclaims the lock.
 """
@@ -23,6 +24,8 @@ from speechbatch.adapters.repositories.renders import RenderRecord
 from speechbatch.adapters.uow import UowFactory
 from speechbatch.config import Settings
 from speechbatch.domain import renders as rules
+from speechbatch.domain.paragraphs import DEFAULT_PARAGRAPH_GAP_MS, PARAGRAPH_GAP_MS_MAX
+from speechbatch.domain.presets import PRESETS
 from speechbatch.domain.renders import RenderOptions
 from speechbatch.domain.statuses import JobStatus, RenderStatus
 from speechbatch.errors import (
@@ -33,8 +36,8 @@ from speechbatch.errors import (
     RenderInProgress,
     ValidationError,
 )
-from speechbatch.services.ports import Storage
-from speechbatch.services.render_builder import RenderBuilder, RenderTask
+from speechbatch.services.idempotency import KeyClaim, bind_key
+from speechbatch.services.ports import Builders, RenderTask
 from speechbatch.services.render_events import (
     CAPTION_KINDS,
     record_render_event,
@@ -44,9 +47,8 @@ from speechbatch.services.render_events import (
 log = logging.getLogger(__name__)
 
 RECOVERED_MESSAGE = "auto-recovered: render holder stopped renewing its lock"
-# A lock held in the worker tier's name: a worker takes it over (take_queued_renders).
+# A lock held in the worker tier's name: a worker takes it over (runner/builders.py).
 QUEUED_HOLDER_PREFIX = "queued:"
-RENDERS_PER_TAKE = 4
 
 
 def job_type(job_id: int) -> str:
@@ -65,10 +67,19 @@ def _whole(body: dict[str, Any], name: str, default: int, top: int) -> int:
 
 
 def parse_render_options(body: dict[str, Any]) -> RenderOptions:
-    """A render request's options, validated (422 naming the field otherwise)."""
-    fmt = body.get("format")
+    """A render request's options, validated (422 naming the field otherwise). A preset
+    sets the loudness (so none may be given with it); ``acx`` makes MP3, the format
+    it takes when none is given."""
+    preset = body.get("preset")
+    if preset is not None and preset not in PRESETS:
+        raise ValidationError(f"preset must be null or one of: {', '.join(PRESETS)}", "preset")
+    fmt = body.get("format", PRESETS[preset].formats[0] if preset else None)
     if fmt not in rules.FORMATS:
         raise ValidationError(f"format must be one of: {', '.join(rules.FORMATS)}", "format")
+    if preset is not None and fmt not in PRESETS[preset].formats:
+        raise ValidationError(f"the {preset} preset makes {PRESETS[preset].formats[0]}", "format")
+    if preset is not None and "loudness_lufs" in body:
+        raise ValidationError("loudness_lufs is the preset's: give one or the other", "preset")
     loudness = body.get("loudness_lufs", rules.DEFAULT_LOUDNESS)
     if loudness is not None and (
         isinstance(loudness, bool)
@@ -81,6 +92,8 @@ def parse_render_options(body: dict[str, Any]) -> RenderOptions:
             f"to {rules.LOUDNESS_MAX:g}",
             field="loudness_lufs",
         )
+    if preset is not None:
+        loudness = PRESETS[preset].loudness_lufs
     return RenderOptions(
         format=str(fmt),
         gap_ms=_whole(body, "gap_ms", rules.DEFAULT_GAP_MS, rules.GAP_MS_MAX),
@@ -88,6 +101,10 @@ def parse_render_options(body: dict[str, Any]) -> RenderOptions:
             body, "chapter_gap_ms", rules.DEFAULT_CHAPTER_GAP_MS, rules.CHAPTER_GAP_MS_MAX
         ),
         loudness_lufs=None if loudness is None else float(loudness),
+        preset=preset,
+        paragraph_gap_ms=_whole(
+            body, "paragraph_gap_ms", DEFAULT_PARAGRAPH_GAP_MS, PARAGRAPH_GAP_MS_MAX
+        ),
     )
 
 
@@ -124,12 +141,15 @@ def recover_renders(uow_factory: UowFactory, job_id: int, *, render_id: int | No
 def start_render(
     uow_factory: UowFactory,
     settings: Settings,
-    storage: Storage,
+    builders: Builders,
     user: UserRecord,
     job_id: int,
     body: dict[str, Any],
+    idempotency: KeyClaim | None = None,
 ) -> dict[str, Any]:
-    """Check the job is complete, take its render lock, record the render, start building.
+    """Check the job is complete, take its render lock, record the render, and hand it to
+    ``builders``. With ``idempotency``, the request's key is tied to the render as it is
+    recorded.
 
     Raises NotFound for another organization's job, JobNotComplete unless every item is
     DONE with audio, RenderInProgress while another render of the job holds the lock.
@@ -153,28 +173,23 @@ def start_render(
             user.organization_id, job_id, user.id, grant.id, options
         )
         record = uow.renders.get_render(render_id, job_id, user.organization_id)
+        bind_key(uow, idempotency, f"render:{job_id}:{render_id}")
         if queued:
             uow.workers.wake_workers()
         uow.commit()
     assert record is not None
     log.info("render started render=%s job=%s lock=%s", render_id, job_id, grant.id)
     if not queued:
-        build_render(uow_factory, storage, record, job.title, job.items, holder, ttl)
+        builders.build_render(render_task(record, job.title, job.items, holder, ttl))
     return render_view(record)
 
 
-def build_render(
-    uow_factory: UowFactory,
-    storage: Storage,
-    record: RenderRecord,
-    job_title: str,
-    items: int,
-    holder: str,
-    ttl: float,
-) -> None:
-    """Build the render in a background thread of this process, as ``holder`` of its lock."""
+def render_task(
+    record: RenderRecord, job_title: str, items: int, holder: str, ttl: float
+) -> RenderTask:
+    """What a builder needs to build ``record`` as ``holder`` of its lock."""
     assert record.lock_id is not None
-    task = RenderTask(
+    return RenderTask(
         render_id=record.id,
         organization_id=record.organization_id,
         job_id=record.job_id,
@@ -185,27 +200,6 @@ def build_render(
         ttl_seconds=ttl,
         options=record.options,
     )
-    RenderBuilder(uow_factory, storage, task).start()
-
-
-def take_queued_renders(uow_factory: UowFactory, storage: Storage, settings: Settings) -> int:
-    """A worker: take over the renders waiting for the tier (a compare-and-set on each
-    lock: of two workers exactly one wins) and build them here; how many."""
-    with uow_factory(read_only=True) as uow:
-        queued = uow.renders.queued_renders(QUEUED_HOLDER_PREFIX, RENDERS_PER_TAKE)
-    ttl = settings.render_lock_ttl_seconds
-    taken = 0
-    for waiting in queued:
-        render, holder = waiting.render, new_holder()
-        assert render.lock_id is not None
-        with uow_factory() as uow:
-            if not uow.locks.hand_over(render.lock_id, waiting.holder, holder, ttl):
-                continue  # another worker took it, or its lease ran out
-            uow.commit()
-        log.info("worker took render=%s job=%s", render.id, render.job_id)
-        build_render(uow_factory, storage, render, waiting.job_title, waiting.items, holder, ttl)
-        taken += 1
-    return taken
 
 
 def _job_exists(uow_factory: UowFactory, user: UserRecord, job_id: int) -> None:
@@ -241,16 +235,22 @@ def get_render(
 
 def render_file_key(
     uow_factory: UowFactory, user: UserRecord, job_id: int, render_id: int, kind: str
-) -> tuple[str, str]:
-    """A COMPLETED render's storage key and content type of ``kind`` (``audio``, ``vtt``
-    or ``srt``); NotFound until it is COMPLETED."""
+) -> tuple[str, str, str]:
+    """A COMPLETED render's storage key, content type and download name of ``kind``
+    (``audio``, ``vtt``, ``srt`` or ``zip``, its chapter files), named after the job's
+    title; NotFound until it is COMPLETED (or when it has no such file)."""
     record = _record(uow_factory, user, job_id, render_id)
     keys = {
         "audio": (record.file_path, rules.CONTENT_TYPES[record.format]),
         "vtt": (record.vtt_path, CAPTION_KINDS["vtt"]),
         "srt": (record.srt_path, CAPTION_KINDS["srt"]),
+        "zip": (record.zip_path, "application/zip"),
     }
     key, content_type = keys[kind]
     if record.status != RenderStatus.COMPLETED or not key:
         raise NotFound("this render has no file (yet)")
-    return key, content_type
+    with uow_factory(read_only=True) as uow:
+        job = uow.renders.renderable_job(job_id, user.organization_id)
+    title = job.title if job is not None else f"job {job_id}"
+    suffix = " (chapters)" if kind == "zip" else ""
+    return key, content_type, rules.file_name(title + suffix, key.rsplit(".", 1)[-1])

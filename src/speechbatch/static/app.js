@@ -1,5 +1,6 @@
-/* speechbatch admin pages (ES modules: this one, job-page.js, common.js): confirm dialogs,
-   the live job page and the live job list.
+/* speechbatch admin pages (ES modules: this one, job-page.js, new-job.js, common.js):
+   confirm dialogs, the live job page, the live job list and a document's chapters on the
+   New job page.
    No dependencies, no inline script anywhere (the Content-Security-Policy forbids it): the
    templates pass what this needs in data-* attributes. Data from the server is only ever
    written with textContent, never as HTML.
@@ -13,6 +14,7 @@ import {
   applyWidths, badge, counts, el, getJSON, newProgressBar, pollLoop, progressBar, reconcile, when,
 } from "./common.js";
 import { jobPage } from "./job-page.js";
+import { newJobForm } from "./new-job.js";
 
 document.addEventListener("submit", function (event) {
   var form = event.target;
@@ -34,6 +36,8 @@ document.addEventListener("click", function (event) {
 
 applyWidths(document);
 
+var newJob = document.getElementById("new-job");
+if (newJob) newJobForm(newJob);
 var jobRoot = document.getElementById("job");
 if (jobRoot) jobPage(jobRoot);
 var jobsTable = document.getElementById("jobs");
@@ -88,5 +92,6 @@ function jobList(table) {
     });
   }
 
-  if (generating()) pollLoop(step, pollMs, null);
+  var idleMs = parseInt(table.dataset.idlePollMs, 10) || 5000;
+  pollLoop(step, pollMs, null, idleMs, generating() ? pollMs : idleMs);
 }

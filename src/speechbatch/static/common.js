@@ -109,9 +109,11 @@ export function getJSON(url, etag) {
     });
 }
 
-/* Run step() (which returns a promise of "keep going?") every pollMs until it says
-   stop; after an error, retry at twice the interval and say so in `live`. */
-export function pollLoop(step, pollMs, live) {
+/* Run step() (which returns a promise of "is it live?") every pollMs while it says yes.
+   When it says no, stop; or, with idleMs, go on every idleMs (so that a run started
+   elsewhere is noticed) until it says yes again. The first step runs after firstMs
+   (default pollMs). After an error, retry at twice the interval and say so in `live`. */
+export function pollLoop(step, pollMs, live, idleMs, firstMs) {
   function tick() {
     step()
       .then(function (again) {
@@ -120,6 +122,7 @@ export function pollLoop(step, pollMs, live) {
           live.hidden = !again;
         }
         if (again) window.setTimeout(tick, pollMs);
+        else if (idleMs) window.setTimeout(tick, idleMs);
       })
       .catch(function () {
         if (live) {
@@ -129,5 +132,5 @@ export function pollLoop(step, pollMs, live) {
         window.setTimeout(tick, pollMs * 2);
       });
   }
-  window.setTimeout(tick, pollMs);
+  window.setTimeout(tick, firstMs || pollMs);
 }

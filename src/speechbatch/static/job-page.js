@@ -7,6 +7,9 @@ import {
 
 export function jobPage(root) {
   var pollMs = parseInt(root.dataset.pollMs, 10) || 1500;
+  // Between runs the page still reads the summary, slower, to notice a run started
+  // elsewhere (the API, another tab); a 304 costs the server next to nothing.
+  var idleMs = parseInt(root.dataset.idlePollMs, 10) || 5000;
   var page = parseInt(root.dataset.page, 10) || 1;
   var perPage = parseInt(root.dataset.perPage, 10) || 100;
   var filter = root.dataset.filter || "";
@@ -122,6 +125,38 @@ export function jobPage(root) {
     document.getElementById("btn-cancel").disabled = job.status !== "GENERATING";
     var estimates = document.getElementById("estimates");
     if (estimates && job.status === "GENERATING") estimates.hidden = true;
+    renderRenderForm(job);
+  }
+
+  /* The Render button works once every item is done; stale lines earn a warning beside
+     it and a question on submit (the render would use their old audio). */
+  function renderRenderForm(job) {
+    var p = job.progress;
+    var button = document.getElementById("btn-render");
+    if (!button) return;
+    var complete = job.status !== "GENERATING" && p.total > 0 && p.done === p.total;
+    button.disabled = !complete;
+    if (complete) button.removeAttribute("title");
+    else button.title = "Every item must be done first";
+    var notReady = document.getElementById("render-not-ready");
+    if (notReady) notReady.hidden = complete;
+    var stale = p.stale || 0;
+    var words = stale + (stale === 1 ? " line is" : " lines are");
+    var form = document.getElementById("render-form");
+    if (stale) {
+      form.dataset.confirm = words + " stale: the render would use their old audio, from " +
+        "before their change. Render anyway?";
+    } else {
+      delete form.dataset.confirm;
+    }
+    document.getElementById("render-stale").hidden = !stale;
+    document.getElementById("render-stale-text").textContent = words +
+      " stale: their audio is from before their change, and a render would use it.";
+    var link = document.getElementById("btn-regenerate-stale");
+    if (link) {
+      link.hidden = !stale;
+      link.textContent = "Regenerate " + stale + " stale line" + (stale === 1 ? "" : "s") + "…";
+    }
   }
 
   function billed(run) {
@@ -183,6 +218,7 @@ export function jobPage(root) {
     var fix = el("a", "item-fix", "Edit · takes");
     fix.href = "/jobs/" + root.dataset.jobId + "/items/" + item.id;
     fix.setAttribute("aria-label", "Edit line " + item.position + ", listen to and restore its takes");
+    if (item.speaker) text.append(el("span", "item-speaker", item.speaker));
     text.append(clamp, error, fix);
     row.append(el("td", "muted cell-id", item.position), select, text, el("td", "item-status"), el("td", "item-audio"));
     return row;
@@ -230,7 +266,7 @@ export function jobPage(root) {
     if (!player || (fresh && player.paused) || cell.dataset.audioUrl !== url) {
       var audio = el("audio");
       audio.controls = true;
-      audio.preload = "none";
+      audio.preload = "metadata";
       audio.src = url;
       audio.setAttribute("aria-label", "Audio of item " + position);
       cell.replaceChildren(audio);
@@ -278,9 +314,11 @@ export function jobPage(root) {
   }
 
   // Summary first, then the page's items: when the summary says the run has ended, the
-  // items read after it show the final state, and polling can stop.
+  // items read after it show the final state, and polling slows down. Between runs the
+  // items are read only when the summary changed (an edit, a run that started).
   function step() {
     var status = root.dataset.status;
+    var wasLive = status === "GENERATING";
     return getJSON(root.dataset.summaryUrl, etags.summary)
       .then(function (summary) {
         if (summary.changed) {
@@ -289,6 +327,7 @@ export function jobPage(root) {
           renderRuns(summary.body);
           status = summary.body.status;
         }
+        if (!wasLive && !summary.changed && status !== "GENERATING") return { changed: false };
         return getJSON(itemsUrl(), etags.items);
       })
       .then(function (items) {
@@ -300,9 +339,7 @@ export function jobPage(root) {
       });
   }
 
-  if (root.dataset.status === "GENERATING") {
-    pollLoop(step, pollMs, document.getElementById("job-live"));
-  } else {
-    endRunMessages();
-  }
+  if (root.dataset.status !== "GENERATING") endRunMessages();
+  pollLoop(step, pollMs, document.getElementById("job-live"), idleMs,
+    root.dataset.status === "GENERATING" ? pollMs : idleMs);
 }

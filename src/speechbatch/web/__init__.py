@@ -11,10 +11,12 @@ def register_web(app: Flask, csrf: CSRFProtect, *, production: bool) -> None:
     from speechbatch.web import (
         api,
         context,
+        covers_api,
         editing_api,
         editing_pages,
         errors,
         exports_api,
+        feeds,
         lexicon_api,
         lexicon_pages,
         metrics_api,
@@ -22,6 +24,8 @@ def register_web(app: Flask, csrf: CSRFProtect, *, production: bool) -> None:
         pages,
         renders_api,
         security,
+        session_pages,
+        text_fields,
         tokens_api,
         usage,
         webhooks_api,
@@ -35,6 +39,10 @@ def register_web(app: Flask, csrf: CSRFProtect, *, production: bool) -> None:
     csrf.exempt(exports_api.create_export)  # require_user checks X-CSRFToken on session writes
     app.register_blueprint(renders_api.bp)
     csrf.exempt(renders_api.job_renders)  # require_user checks X-CSRFToken on session writes
+    app.register_blueprint(feeds.bp)
+    csrf.exempt(feeds.job_feed)  # require_user checks X-CSRFToken on session writes
+    app.register_blueprint(covers_api.bp)
+    csrf.exempt(covers_api.cover)  # require_user checks X-CSRFToken on session writes
     app.register_blueprint(usage.bp)
     csrf.exempt(usage.cancel)  # require_user checks X-CSRFToken on session writes
     app.register_blueprint(editing_api.bp)
@@ -43,6 +51,7 @@ def register_web(app: Flask, csrf: CSRFProtect, *, production: bool) -> None:
     app.register_blueprint(lexicon_api.bp)
     app.register_blueprint(lexicon_pages.bp)
     csrf.exempt(lexicon_api.bp)  # require_user checks X-CSRFToken on session writes
+    app.register_blueprint(session_pages.bp)
     app.register_blueprint(tokens_api.bp)
     csrf.exempt(tokens_api.bp)  # require_user checks X-CSRFToken on session writes
     app.register_blueprint(webhooks_api.bp)
@@ -51,5 +60,6 @@ def register_web(app: Flask, csrf: CSRFProtect, *, production: bool) -> None:
     app.register_blueprint(openapi.bp)
     app.register_blueprint(metrics_api.bp)
     context.init_app(app)
+    text_fields.install(app)
     errors.register(app)
     security.install(app, production=production)

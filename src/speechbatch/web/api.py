@@ -17,6 +17,7 @@ from speechbatch.services import UserRecord
 from speechbatch.web.context import bearer_token, bearer_user, reads, services, session_user
 from speechbatch.web.downloads import stored_file
 from speechbatch.web.errors import error_response
+from speechbatch.web.idempotency import held_key, idempotent
 
 bp = Blueprint("api", __name__)
 P = ParamSpec("P")
@@ -89,8 +90,9 @@ def healthz() -> tuple[Response, int]:
 @bp.get("/api/voices")
 @require_user
 def voices() -> Response:
-    """The configured provider's voices."""
-    return jsonify({"voices": list(services().provider.voices)})
+    """The enabled providers' voices, with their details."""
+    s = services()
+    return jsonify({"voices": list(s.provider.voices), "details": s.voice_details()})
 
 
 def _int_arg(name: str) -> int | None:
@@ -146,39 +148,59 @@ def list_jobs() -> Response:
 
 @bp.post("/api/jobs")
 @require_user
+@idempotent
 def create_job() -> tuple[Response, int]:
-    """Create a PENDING job."""
+    """Create a PENDING job (once per Idempotency-Key)."""
     s = services()
     body = json_body()
     if "options" in body and not isinstance(body["options"], dict):
         raise ValidationError("options must be an object", field="options")
     job_id = svc.create_job(
         s.uow_factory, current(), body.get("title"), body.get("voice"), body.get("items"),
-        s.limits, body.get("options", {}),
+        s.limits, body.get("options", {}), body.get("author"), idempotency=held_key(),
+        cast=body.get("cast"),
     )  # fmt: skip
     return jsonify(svc.get_job(s.uow_factory, s.settings, current(), job_id)), 201
 
 
 @bp.post("/api/jobs/import")
 @require_user
+@idempotent
 def import_job() -> tuple[Response, int]:
-    """Create a PENDING job from an uploaded document (multipart: file, voice, title,
-    max_characters)."""
+    """Create a PENDING job from an uploaded document or script (multipart: file, voice,
+    title, author, max_characters, chapters, format), once per Idempotency-Key; the
+    answer lists every chapter of the document and whether it was kept."""
     s = services()
-    upload = request.files.get("file")
-    if upload is not None:
-        filename, data = upload.filename or "", upload.read()
-    elif "file" in request.form:  # sent as a plain form field: the document's text
-        filename, data = "", request.form["file"].encode()
-    else:
-        raise ValidationError("file is required (a .txt, .md or .epub document)", field="file")
-    job_id = svc.import_document(
+    filename, data = _uploaded_document()
+    imported = svc.import_document(
         s.uow_factory, current(),
         filename=filename, data=data,
         voice=request.form.get("voice"), title=request.form.get("title"),
         max_characters=request.form.get("max_characters"), limits=s.limits,
+        chapters=request.form.getlist("chapters") if "chapters" in request.form else None,
+        author=request.form.get("author"), storage=s.storage, idempotency=held_key(),
+        format=request.form.get("format"),
     )  # fmt: skip
-    return jsonify(svc.get_job(s.uow_factory, s.settings, current(), job_id)), 201
+    job = svc.get_job(s.uow_factory, s.settings, current(), imported.job_id)
+    return jsonify({**job, "document": imported.document}), 201
+
+
+@bp.post("/api/jobs/import/chapters")
+@require_user
+def import_choices() -> Response:
+    """What an upload would import (multipart: file): the document's own title and
+    author, and its chapters with whether the default choice keeps them. Stores nothing."""
+    filename, data = _uploaded_document()
+    return jsonify(svc.read_choices(filename, data))
+
+
+def _uploaded_document() -> tuple[str, bytes]:
+    upload = request.files.get("file")
+    if upload is not None:
+        return upload.filename or "", upload.read()
+    if "file" in request.form:  # sent as a plain form field: the document's text
+        return "", request.form["file"].encode()
+    raise ValidationError("file is required (a .txt, .md or .epub document)", field="file")
 
 
 @bp.get("/api/jobs/<int:job_id>")
@@ -187,8 +209,8 @@ def get_job(job_id: int, who: UserRecord | svc.Bearer) -> Response:
     """One job, after lease-expiry recovery; ``?items=none`` leaves the items out."""
     s = services()
     items = request.args.get("items")
-    if items not in (None, "", "all", "none"):
-        raise ValidationError("items must be 'none' (or absent)", field="items")
+    if items not in (None, "all", "none"):
+        raise ValidationError("items must be 'none' or 'all' (or absent)", field="items")
     answer = svc.read_job(
         reads(), s.uow_factory, s.settings, who, job_id,
         with_items=items != "none", if_none_match=_seen, seen_etags=_seen_etags(),

@@ -6,7 +6,7 @@ import logging
 
 from flask import Flask, current_app, g, request, session
 
-from speechbatch.services import ReadScope, UserRecord, authenticate_token, get_user, open_reads
+from speechbatch.services import ReadScope, UserRecord, authenticate_token, open_reads, sessions
 from speechbatch.services.ports import AppServices
 
 log = logging.getLogger(__name__)
@@ -49,16 +49,18 @@ def _done_reading_for_a_write() -> None:
 
 
 def session_user() -> UserRecord | None:
-    """The user of the browser session, if any."""
+    """The user of the browser session, if it is live on the server (sign-out ends it,
+    for every copy of its cookie); a cookie of an ended session is cleared."""
     if "session_user" not in g:
-        user_id = session.get("user_id")
+        secret = session.get("sid")
         user = (
-            get_user(services().uow_factory, user_id, reads=reads())
-            if isinstance(user_id, int)
+            sessions.session_user(services().uow_factory, secret, reads=reads())
+            if isinstance(secret, str)
             else None
         )
-        if user is not None and session.get("org_id") != user.organization_id:
-            user = None
+        if user is None and secret is not None:
+            for key in ("sid", "email"):
+                session.pop(key, None)
         g.session_user = user
         _done_reading_for_a_write()
     return g.session_user

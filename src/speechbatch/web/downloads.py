@@ -1,5 +1,9 @@
 """Stored files over HTTP: streamed from the storage (folder or bucket) with their type,
-length, an ETag and ranges, or a redirect to a presigned URL when the settings ask."""
+length, an ETag and ranges, or a redirect to a presigned URL when the settings ask.
+
+Every download is also ``application/octet-stream`` for a client that asks for that and
+not for the file's own type (``Accept``): the OpenAPI document lists both, so that a
+generated client that knows only generic bytes can still type the answer."""
 
 from __future__ import annotations
 
@@ -16,6 +20,16 @@ from speechbatch.services.ports import AppServices
 
 log = logging.getLogger(__name__)
 
+BYTES = "application/octet-stream"
+
+
+def negotiated(mimetype: str) -> str:
+    """``mimetype``, or generic bytes when the request's ``Accept`` prefers those (no
+    ``Accept``, or ``*/*``, keeps the file's own type)."""
+    if request.accept_mimetypes.best_match([mimetype, BYTES]) == BYTES:
+        return BYTES
+    return mimetype
+
 
 def stored_file(
     s: AppServices,
@@ -28,6 +42,7 @@ def stored_file(
 ) -> Response:
     """The bytes behind ``key``, streamed (never read whole); 404 with ``missing`` when
     the storage has no such key."""
+    mimetype = negotiated(mimetype)
     try:
         if s.settings.storage_presigned_downloads:
             url = s.storage.download_url(key, mimetype, download_name)
@@ -40,6 +55,22 @@ def stored_file(
         # A store that is down is the server's trouble for a moment, not a broken file.
         log.warning("storage read of %s failed: %s", key, exc)
         raise StorageUnreachable() from None
+    return streamed(
+        source, mimetype=mimetype, download_name=download_name, as_attachment=as_attachment,
+        version=key,
+    )  # fmt: skip
+
+
+def streamed(
+    source: BinaryIO,
+    *,
+    mimetype: str,
+    download_name: str,
+    as_attachment: bool = False,
+    version: str,
+) -> Response:
+    """An open stream as a download: its type, length, ranges, and an ETag made from
+    ``version``, a name whose bytes never change (a stored key)."""
     response = send_file(
         source,
         mimetype=mimetype,
@@ -54,7 +85,7 @@ def stored_file(
         response.content_length = size
     # A key carries its attempt (or its export's id): what is stored under it never
     # changes, so the key alone is a strong validator.
-    response.set_etag(hashlib.sha256(key.encode()).hexdigest()[:32])
+    response.set_etag(hashlib.sha256(version.encode()).hexdigest()[:32])
     return response.make_conditional(request.environ, accept_ranges=True, complete_length=size)
 
 

@@ -10,6 +10,7 @@ from werkzeug.wrappers import Response as WerkzeugResponse
 
 from speechbatch import services as svc
 from speechbatch.services import editing
+from speechbatch.services import timing as timing_service
 from speechbatch.web.api import current, json_body, require_user, send_audio
 from speechbatch.web.context import services
 
@@ -59,6 +60,13 @@ def takes(job_id: int, item_id: int) -> Response:
     )
 
 
+@bp.get("/api/jobs/<int:job_id>/items/<int:item_id>/timing")
+@require_user
+def timing(job_id: int, item_id: int) -> Response:
+    """Where each sentence (and word, where known) of the item's current take is spoken."""
+    return jsonify(timing_service.item_timing(services().uow_factory, current(), job_id, item_id))
+
+
 @bp.post("/api/jobs/<int:job_id>/items/<int:item_id>/takes/<int:take>/restore")
 @require_user
 def restore(job_id: int, item_id: int, take: int) -> Response:
@@ -66,7 +74,7 @@ def restore(job_id: int, item_id: int, take: int) -> Response:
     s = services()
     editing.restore_take(
         s.uow_factory, s.storage, current(), job_id, item_id, take,
-        s.settings.takes_kept,
+        s.settings.takes_kept, s.limits.max_chars,
     )  # fmt: skip
     return _job(job_id)
 

@@ -16,6 +16,9 @@ from speechbatch.web.usage import estimate_line
 
 bp = Blueprint("editing_pages", __name__)
 
+# The confirmation page lists this many of the chosen lines (a job page shows 100 a page).
+LINES_SHOWN = 200
+
 
 @bp.get("/jobs/<int:job_id>/items/<int:item_id>")
 @login_required
@@ -61,7 +64,7 @@ def restore(job_id: int, item_id: int, take: int) -> Response:
     try:
         editing.restore_take(
             s.uow_factory, s.storage, current(), job_id, item_id, take,
-            s.settings.takes_kept,
+            s.settings.takes_kept, s.limits.max_chars,
         )  # fmt: skip
     except (Conflict, NotFound) as exc:
         flash(exc.message, "error")
@@ -98,9 +101,10 @@ def selection(job_id: int) -> PageResponse:
     est = spending.estimate(
         s.uow_factory, s.settings, s.provider, current(), job_id, selection=chosen
     )
+    lines, named = editing.selection_lines(s.uow_factory, current(), job_id, chosen, LINES_SHOWN)
     return render_template(
         "selection.html", job=job, estimate=est, line=estimate_line("Regenerate", est),
-        items=list(chosen.items or ()), stale=chosen.stale,
+        items=list(chosen.items or ()), stale=chosen.stale, lines=lines, named=named,
     )  # fmt: skip
 
 
@@ -151,6 +155,29 @@ def settings(job_id: int) -> Response:
             "Voice and options saved: lines made before are stale until regenerated."
             if changed
             else "Nothing changed: the voice and options were already these.",
+            "ok",
+        )
+    return redirect(url_for("pages.job", job_id=job_id))
+
+
+@bp.post("/jobs/<int:job_id>/cast")
+@login_required
+def cast(job_id: int) -> Response:
+    """Change one speaker's voice (the same change as ``PATCH /api/jobs/ID`` with a
+    cast): exactly that speaker's lines with audio become stale; a blank voice gives the
+    speaker back to the narrator's voice."""
+    s = services()
+    speaker, voice = request.form.get("speaker", ""), request.form.get("voice", "").strip()
+    body = {"cast": {speaker: voice or None}}
+    try:
+        changed = editing.update_job(s.uow_factory, current(), job_id, body, s.limits)
+    except (Conflict, ValidationError) as exc:
+        flash(exc.message, "error")
+    else:
+        flash(
+            f"{speaker.strip()}'s voice saved: their lines made before are stale until regenerated."
+            if changed
+            else f"Nothing changed: {speaker.strip()} already had that voice.",
             "ok",
         )
     return redirect(url_for("pages.job", job_id=job_id))

@@ -49,7 +49,8 @@ def error_response(status: int, code: str, message: str) -> tuple[Response, int]
 
 def wants_json() -> bool:
     """Whether this request is an API call (or asks for JSON)."""
-    return request.path.startswith("/api/") or request.path == "/healthz"
+    # A feed's files are fetched by podcast apps, never by a person's browser.
+    return request.path.startswith(("/api/", "/feeds/")) or request.path == "/healthz"
 
 
 def _page(status: int, message: str) -> tuple[str, int]:
@@ -83,8 +84,7 @@ def register(app: Flask) -> None:
             return exc
         message = exc.description or exc.name
         if status == 413:
-            limit = current_app.extensions["speechbatch"].settings.max_content_length
-            message = f"the request is too large: {describe_size(limit)} at most"
+            message = _too_large()
         answer = (
             error_response(status, HTTP_CODES.get(status, "error"), message)
             if wants_json()
@@ -112,3 +112,13 @@ def register(app: Flask) -> None:
         if wants_json():
             return error_response(500, "internal_error", "internal server error")
         return _page(500, "Something went wrong on our side.")
+
+
+def _too_large() -> str:
+    """Why a request is too large: its size, or (a body within the size limit, so the
+    parser refused) a form with more parts than any form of ours needs."""
+    limit = current_app.extensions["speechbatch"].settings.max_content_length
+    size = request.content_length
+    if size is not None and size <= limit and request.max_form_parts is not None:
+        return f"the form has too many parts: {request.max_form_parts:,} at most"
+    return f"the request is too large: {describe_size(limit)} at most"

@@ -24,16 +24,20 @@ from speechbatch.services import exports as svc
 from speechbatch.web.api import current, require_user
 from speechbatch.web.context import services, session_user
 from speechbatch.web.downloads import stored_file
+from speechbatch.web.idempotency import held_key, idempotent
 
 bp = Blueprint("exports", __name__)
 
 
 @bp.post("/api/exports")
 @require_user
+@idempotent
 def create_export() -> tuple[Response, int]:
-    """Start an export of the organization's finished audio (409 while one is live)."""
+    """Start an export of the organization's finished audio (409 while one is live; once
+    per Idempotency-Key)."""
     s = services()
-    return jsonify(svc.start_export(s.uow_factory, s.settings, s.storage, current())), 202
+    view = svc.start_export(s.uow_factory, s.settings, s.builders, current(), held_key())
+    return jsonify(view), 202
 
 
 @bp.get("/api/exports/<int:export_id>")
@@ -78,7 +82,7 @@ def new_export() -> Response:
         return redirect(url_for("pages.login"))
     s = services()
     try:
-        view = svc.start_export(s.uow_factory, s.settings, s.storage, user)
+        view = svc.start_export(s.uow_factory, s.settings, s.builders, user)
     except ExportInProgress as exc:
         flash(exc.message, "error")
     else:

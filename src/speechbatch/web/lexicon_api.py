@@ -36,11 +36,13 @@ def put_lexicon() -> Response:
 @require_user
 def preview() -> Response:
     """A text as the organization's rules would have it spoken."""
-    return jsonify(lexicon.preview(services().uow_factory, current(), json_body()))
+    s = services()
+    return jsonify(lexicon.preview(s.uow_factory, current(), json_body(), s.limits.max_chars))
 
 
 @bp.post("/api/lexicon/impact")
 @require_user
 def impact() -> Response:
     """How many DONE lines in how many jobs these rules would make stale (a dry run)."""
-    return jsonify(lexicon.impact(services().uow_factory, current(), json_body()))
+    s = services()
+    return jsonify(lexicon.impact(s.uow_factory, current(), json_body(), s.limits.max_chars))

@@ -36,16 +36,16 @@ def lexicon_page() -> PageResponse:
 def change_rules() -> PageResponse:
     """``action=check``: show what the change would make stale; ``action=save``: save it."""
     text = request.form.get("rules", "")
+    s = services()
     try:
         body = {"rules": rules_from_lines(text)}
-        impact = svc.impact(services().uow_factory, current(), body)
+        impact = svc.impact(s.uow_factory, current(), body, s.limits.max_chars)
         if request.form.get("action") != "save":
             return _page(rules_text=text, impact=impact, checked=True)
-        saved = svc.put_lexicon(services().uow_factory, current(), body)
+        saved = svc.put_lexicon(s.uow_factory, current(), body)
     except (LexiconError, ValidationError) as exc:
         message = exc.message if isinstance(exc, ValidationError) else str(exc)
         return _page(422, rules_text=text, error=message)
-    s = services()
     if s.stale_passes is not None:
         s.stale_passes.nudge()
     flash(
@@ -56,9 +56,12 @@ def change_rules() -> PageResponse:
     return redirect(url_for("lexicon.lexicon_page"))
 
 
-def _lines(impact: dict[str, int]) -> str:
+def _lines(impact: dict[str, Any]) -> str:
     lines, jobs = impact["lines"], impact["jobs"]
-    return f"{lines:,} line{'' if lines == 1 else 's'} in {jobs:,} job{'' if jobs == 1 else 's'}"
+    counted = f"{lines:,} line{'' if lines == 1 else 's'} in {jobs:,} job{'' if jobs == 1 else 's'}"
+    if impact.get("complete", True):
+        return counted
+    return f"at least {counted} (of the first {impact['checked']:,} lines read)"
 
 
 @bp.post("/lexicon/preview")
@@ -66,14 +69,15 @@ def _lines(impact: dict[str, int]) -> str:
 def preview() -> PageResponse:
     """A sentence as the saved rules would have it spoken."""
     text = request.form.get("text", "")
+    limit = services().limits.max_chars
     try:
-        spoken = svc.preview(services().uow_factory, current(), {"text": text})["spoken_text"]
+        spoken = svc.preview(services().uow_factory, current(), {"text": text}, limit)
     except ValidationError as exc:
         return _page(422, preview_text=text, error=exc.message)
-    return _page(preview_text=text, spoken_text=spoken)
+    return _page(preview_text=text, spoken_text=spoken["spoken_text"])
 
 
 @bp.app_template_filter("stale_lines")
-def stale_lines(impact: dict[str, int]) -> str:
+def stale_lines(impact: dict[str, Any]) -> str:
     """ "N lines in M jobs" for the page."""
     return _lines(impact)

@@ -25,14 +25,17 @@ from werkzeug.wrappers import Response
 
 from speechbatch import services as svc
 from speechbatch.domain.statuses import ItemStatus, JobStatus
-from speechbatch.errors import Conflict, NotFound, TooManySignIns, ValidationError
-from speechbatch.services import UserRecord, accounts
+from speechbatch.errors import Conflict, TooManySignIns, ValidationError
+from speechbatch.services import UserRecord, accounts, sessions
+from speechbatch.services.cast import cast_lines
 from speechbatch.services.renders import list_renders
+from speechbatch.web import presenters
 from speechbatch.web.context import reads, services, session_user
 from speechbatch.web.presenters import actions, format_when, percent, recovery_notice
 
 bp = Blueprint("pages", __name__)
 bp.add_app_template_filter(format_when, "when")
+bp.add_app_template_filter(presenters.format_duration, "duration")
 
 PER_PAGE = 20
 STATUSES = (JobStatus.PENDING, JobStatus.GENERATING, JobStatus.COMPLETED, JobStatus.FAILED)
@@ -40,6 +43,7 @@ STATUSES = (JobStatus.PENDING, JobStatus.GENERATING, JobStatus.COMPLETED, JobSta
 ITEMS_PER_PAGE = 100
 ITEM_STATUSES = (ItemStatus.PENDING, ItemStatus.GENERATING, ItemStatus.DONE, ItemStatus.ERROR)
 POLL_INTERVAL_MS = 1500
+IDLE_POLL_INTERVAL_MS = 5000  # between runs: a run started elsewhere shows within 5 s
 # The job page's filters by flag (stale and suspect items).
 ITEM_FLAGS = ("stale", "suspect")
 
@@ -106,8 +110,7 @@ def login() -> PageResponse:
         return render_template("login.html", email=email, next=next_url, error=error), 401
     # A fresh session on sign-in: nothing from before the login survives (no fixation).
     session.clear()
-    session["user_id"] = user.id
-    session["org_id"] = user.organization_id
+    session["sid"] = sessions.start_session(services().uow_factory, user)
     session["email"] = user.email
     session.permanent = True
     return redirect(safe_next(next_url))
@@ -115,7 +118,9 @@ def login() -> PageResponse:
 
 @bp.post("/logout")
 def logout() -> Response:
-    """Sign out."""
+    """Sign out: the session ends on the server, so a copy of its cookie signs in nobody."""
+    if isinstance(secret := session.get("sid"), str):
+        sessions.end_session(services().uow_factory, secret)
     session.clear()
     flash("You are signed out.", "ok")
     return redirect(url_for("pages.login"))
@@ -167,6 +172,7 @@ def index() -> PageResponse:
         per_page=PER_PAGE,
         percent=percent,
         poll_ms=POLL_INTERVAL_MS,
+        idle_poll_ms=IDLE_POLL_INTERVAL_MS,
     )
 
 
@@ -236,7 +242,7 @@ def _is_document(form: JobForm, upload: FileStorage) -> bool:
         return False
     if name.endswith((".md", ".markdown", ".epub")):
         return True
-    return form.file_mode == "document" and not name.endswith(".csv")
+    return form.file_mode in ("document", "script") and not name.endswith(".csv")
 
 
 def _create_from_form(form: JobForm, upload: FileStorage | None) -> int:
@@ -247,12 +253,15 @@ def _create_from_form(form: JobForm, upload: FileStorage | None) -> int:
             raise ValidationError(
                 "give the items either as lines or as a file, not both", field="items"
             )
+        # The chapters ticked on the page (static/new-job.js lists them); absent: the default.
+        chosen = request.form.getlist("chapters") if "chapters_listed" in request.form else None
         return svc.import_document(
             s.uow_factory, current(),
             filename=upload.filename or "", data=upload.read(), voice=form.voice,
             title=form.title if form.title.strip() else None,
-            max_characters=form.max_characters, limits=s.limits,
-        )  # fmt: skip
+            max_characters=form.max_characters, limits=s.limits, chapters=chosen,
+            storage=s.storage, format="script" if form.file_mode == "script" else None,
+        ).job_id  # fmt: skip
     texts = _form_texts(form.items, upload)
     return svc.create_job(s.uow_factory, current(), form.title, form.voice, texts, s.limits)
 
@@ -302,6 +311,7 @@ def job(job_id: int) -> PageResponse:
         status=status,
         flag=flag,
     )
+    from speechbatch.services.feeds import feed_made_at
     from speechbatch.web.usage import job_estimates
 
     return render_template(
@@ -314,8 +324,11 @@ def job(job_id: int) -> PageResponse:
         notice=recovery_notice(view),
         percent=percent,
         poll_ms=POLL_INTERVAL_MS,
+        idle_poll_ms=IDLE_POLL_INTERVAL_MS,
         renders=list_renders(s.uow_factory, current(), job_id),
+        feed_made_at=feed_made_at(s.uow_factory, current(), job_id),
         voices=_voices(),
+        cast=cast_lines(s.uow_factory, current(), job_id),
     )
 
 
@@ -352,43 +365,3 @@ def regenerate(job_id: int) -> Response:
 def favicon() -> Response:
     """The site's icon where browsers and crawlers look without reading the page."""
     return current_app.send_static_file("favicon.svg")
-
-
-# --- API tokens -----------------------------------------------------------------------
-
-
-def _tokens_page(created: dict[str, Any] | None = None, error: str | None = None) -> PageResponse:
-    tokens = accounts.list_tokens(services().uow_factory, current(), reads=reads())
-    page = render_template("tokens.html", tokens=tokens, created=created, error=error)
-    return (page, 422) if error else page
-
-
-@bp.get("/tokens")
-@login_required
-def tokens() -> PageResponse:
-    """The signed-in admin's API tokens, with a form that creates one."""
-    return _tokens_page()
-
-
-@bp.post("/tokens")
-@login_required
-def create_token() -> PageResponse:
-    """Create a token and show its secret on this answer only (it is stored hashed)."""
-    try:
-        created = accounts.issue_token(services().uow_factory, current(), request.form.get("name"))
-    except ValidationError as exc:
-        return _tokens_page(error=exc.message)
-    return _tokens_page(created=created)
-
-
-@bp.post("/tokens/<int:token_id>/revoke")
-@login_required
-def revoke_token(token_id: int) -> Response:
-    """Revoke a token: it stops working at once, in every process."""
-    try:
-        accounts.revoke_token(services().uow_factory, current(), token_id)
-    except NotFound:
-        flash("That token does not exist or is already revoked.", "error")
-    else:
-        flash("Token revoked: it no longer works.", "ok")
-    return redirect(url_for("pages.tokens"))

@@ -19,6 +19,17 @@ def format_when(value: str | None) -> str:
     return moment.astimezone(UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
 
 
+def format_duration(seconds: float | None) -> str:
+    """A length as players show it: ``M:SS`` under an hour, ``H:MM:SS`` from an hour on
+    (``2:13:08``, never ``133:08``); whole seconds, rounded down; empty for None."""
+    if seconds is None:
+        return ""
+    whole = max(0, int(seconds))
+    hours, rest = divmod(whole, 3600)
+    minutes, secs = divmod(rest, 60)
+    return f"{hours}:{minutes:02d}:{secs:02d}" if hours else f"{minutes}:{secs:02d}"
+
+
 def percent(progress: dict[str, int], key: str = "finished") -> int:
     """The share of a job's items that are finished (DONE or ERROR), or of one status."""
     total = progress.get("total", 0)

@@ -18,6 +18,7 @@ from speechbatch.services import renders as svc
 from speechbatch.web.api import current, json_body, require_user
 from speechbatch.web.context import services, session_user
 from speechbatch.web.downloads import stored_file
+from speechbatch.web.idempotency import held_key, idempotent
 
 bp = Blueprint("renders", __name__)
 
@@ -26,13 +27,17 @@ bp = Blueprint("renders", __name__)
 # GET rule's converter and then match the POST rule's path, answering 405 instead of 404.
 @bp.route("/api/jobs/<int:job_id>/renders", methods=["GET", "POST"])
 @require_user
+@idempotent
 def job_renders(job_id: int) -> Response | tuple[Response, int]:
     """GET: a job's renders, newest first, after lease-expiry recovery. POST: start a
-    render of a finished job (409 unless complete, or while one runs)."""
+    render of a finished job (409 unless complete, or while one runs; once per
+    Idempotency-Key)."""
     s = services()
     if request.method == "GET":
         return jsonify({"renders": svc.list_renders(s.uow_factory, current(), job_id)})
-    view = svc.start_render(s.uow_factory, s.settings, s.storage, current(), job_id, json_body())
+    view = svc.start_render(
+        s.uow_factory, s.settings, s.builders, current(), job_id, json_body(), held_key()
+    )
     return jsonify(view), 202
 
 
@@ -45,13 +50,13 @@ def get_render(job_id: int, render_id: int) -> Response:
 
 def _send(job_id: int, render_id: int, kind: str) -> Response:
     s = services()
-    key, content_type = svc.render_file_key(s.uow_factory, current(), job_id, render_id, kind)
+    key, content_type, name = svc.render_file_key(s.uow_factory, current(), job_id, render_id, kind)
     return stored_file(
         s,
         key,
         mimetype=content_type,
         as_attachment=kind != "audio",
-        download_name=f"job{job_id}-render{render_id}.{key.rsplit('.', 1)[-1]}",
+        download_name=name,
         missing="the render's file is missing",
     )
 
@@ -61,6 +66,13 @@ def _send(job_id: int, render_id: int, kind: str) -> Response:
 def download_render(job_id: int, render_id: int) -> Response:
     """A COMPLETED render's audio (ranges served, so players can seek); 404 until then."""
     return _send(job_id, render_id, "audio")
+
+
+@bp.get("/api/jobs/<int:job_id>/renders/<int:render_id>/chapters.zip")
+@require_user
+def download_chapter_files(job_id: int, render_id: int) -> Response:
+    """A COMPLETED render's chapter files (a ZIP: the acx preset's); 404 otherwise."""
+    return _send(job_id, render_id, "zip")
 
 
 @bp.get("/api/jobs/<int:job_id>/renders/<int:render_id>/captions.<kind>")
@@ -76,13 +88,17 @@ def _form_options() -> dict[str, Any]:
     """The page form's fields as the API's JSON body (numbers parsed, empty loudness null)."""
     form = request.form
     body: dict[str, Any] = {"format": form.get("format", "")}
-    for name in ("gap_ms", "chapter_gap_ms"):
+    preset = form.get("preset", "").strip()
+    if preset:
+        body["preset"] = preset
+    for name in ("gap_ms", "chapter_gap_ms", "paragraph_gap_ms"):
         if form.get(name, "").strip():
             body[name] = _number(form[name], name, int)
     loudness = form.get("loudness_lufs", "").strip()
-    body["loudness_lufs"] = (
-        None if loudness in ("", "off") else _number(loudness, "loudness_lufs", float)
-    )
+    if not preset:
+        body["loudness_lufs"] = (
+            None if loudness in ("", "off") else _number(loudness, "loudness_lufs", float)
+        )
     return body
 
 
@@ -101,7 +117,8 @@ def new_render(job_id: int) -> Response:
         return redirect(url_for("pages.login"))
     s = services()
     try:
-        view = svc.start_render(s.uow_factory, s.settings, s.storage, user, job_id, _form_options())
+        body = _form_options()
+        view = svc.start_render(s.uow_factory, s.settings, s.builders, user, job_id, body)
     except (Conflict, ValidationError) as exc:
         flash(exc.message, "error")
     else:

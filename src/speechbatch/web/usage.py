@@ -25,6 +25,8 @@ from speechbatch.web.pages import login_required
 bp = Blueprint("spending", __name__)
 
 CURRENCY_SYMBOLS = {"USD": "$", "EUR": "€", "GBP": "£", "JPY": "¥"}
+# Voices made on this machine: nobody bills their characters.
+OFFLINE_PROVIDERS = ("espeak", "piper")
 
 
 @bp.post("/api/jobs/<int:job_id>/cancel")
@@ -86,8 +88,13 @@ def estimate_line(label: str, est: dict[str, Any]) -> str:
         text += f", about {cost}"
     if est["reused_items"]:
         text += f"; {est['reused_items']:,} will reuse audio"
-    if est.get("lexicon_timeouts"):
-        text += f"; {est['lexicon_timeouts']:,} will fail: a lexicon rule runs out of time"
+    if est.get("too_long_items"):
+        text += (
+            f"; {est['too_long_items']:,} will fail unsent: the lexicon makes them longer "
+            "than an item may be"
+        )
+    if est.get("pending_items"):
+        text += f"; {est['pending_items']:,} not counted yet: their lexicon pass is running"
     return text
 
 
@@ -106,7 +113,15 @@ def job_estimates(job: dict[str, Any]) -> dict[str, str]:
         est = spending.estimate(
             s.uow_factory, s.settings, s.provider, page_user(), job["id"], regenerate=True
         )
-        lines["regenerate"] = estimate_line("Regenerate", est)
+        lines["regenerate"] = estimate_line("Regenerate every line", est)
+    if stale := job["progress"].get("stale"):
+        # Quoted apart from the full regenerate: the stale link sends only these lines.
+        est = spending.estimate(
+            s.uow_factory, s.settings, s.provider, page_user(), job["id"],
+            selection=svc.Selection(None),
+        )  # fmt: skip
+        label = f"Regenerate {stale:,} stale line{'s' if stale != 1 else ''}"
+        lines["stale"] = estimate_line(label, est)
     return lines
 
 
@@ -139,4 +154,7 @@ def usage_page() -> str:
     elif view["budget_characters"] == 0:
         used = 100
     cost = money(spending.price(s.settings, view["billed_characters"]))
-    return render_template("usage.html", usage=view, used=used, cost=cost)
+    # The ledger counts an offline voice's characters too (a budget caps them alike), but
+    # nobody bills them: the page says they were spoken.
+    free = s.provider.name in OFFLINE_PROVIDERS or s.settings.tts_price_per_million_characters == 0
+    return render_template("usage.html", usage=view, used=used, cost=cost, free=free)

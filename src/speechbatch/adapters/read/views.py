@@ -61,7 +61,8 @@ class JobHead:
         ``version``, and nothing else of the database shows in the answer: a worker's
         heartbeat does not (a worker that stops beating gets its job recovered, which is
         a write). The lease settings the answer shows are in ``variant`` (see
-        ``lease_variant``).
+        ``lease_variant``). The items' spoken texts are written by the stale pass, which
+        bumps the version.
         """
         return f"{self.etag_prefix}{self.version}{variant}"
 

@@ -3,19 +3,23 @@
 A sender claims a delivery by one compare-and-set under a lease (``claim_delivery``),
 sends it with no transaction open, then writes the result fenced by the claim's token
 (``finish_delivery``). A delivery is claimable while PENDING, due, its webhook enabled,
-and not held: no lease, or its lease ran out, or its sender's process stopped
-heartbeating (so a delivery whose process died goes out again within
-WORKER_DEAD_SECONDS). All the arithmetic is on the database's clock.
+and not of an organization the sender leaves out (one that holds its share of the
+process's senders), and not held: no lease, or its lease ran out, or its sender's process
+stopped heartbeating and its attempt can no longer be in flight (so a delivery whose
+process died goes out again within WORKER_DEAD_SECONDS, but a process that only stopped
+heartbeating never sees its attempt sent a second time beside it). All the arithmetic is
+on the database's clock.
 """
 
 from __future__ import annotations
 
 import functools
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Protocol
 
-from sqlalchemy import ColumnElement, Table, and_, bindparam, func, not_, select, update
+from sqlalchemy import ColumnElement, Table, and_, bindparam, func, not_, or_, select, update
 from sqlalchemy.orm import Session
 
 from speechbatch.adapters.db import ago, db_now, later
@@ -40,6 +44,7 @@ class ClaimedDelivery:
     attempts: int
     schedule_from: int
     webhook_id: int
+    organization_id: int
     url: str
     secret: str
     message_id: str
@@ -53,19 +58,29 @@ class DeliveryRules:
 
     lease_seconds: float
     worker_dead_seconds: float
+    # The longest an attempt may be in flight after its claim: the POST's deadline and
+    # what comes before it (the claim's commit, the address's lookup).
+    attempt_seconds: float
     in_flight_per_webhook: int = 8
 
 
 def _held(d: Table | Any, rules: DeliveryRules) -> ColumnElement[bool]:
-    """The delivery row ``d`` is held by a live sender."""
+    """The delivery row ``d`` is held: its lease runs, and its sender's process heartbeats
+    or its attempt may still be in flight (the claim was made less than
+    ``attempt_seconds`` ago: its lease ends more than ``lease_seconds - attempt_seconds``
+    from now). A stale heartbeat says a process is dead or cut off from the database, not
+    that it stopped sending."""
     return and_(
         d.c.lease_expires_at.is_not(None),
         d.c.lease_expires_at > db_now(),
-        d.c.claimed_by_id.in_(
-            select(workers.c.id).where(
-                workers.c.stopped_at.is_(None),
-                workers.c.heartbeat_at >= ago(rules.worker_dead_seconds),
-            )
+        or_(
+            d.c.lease_expires_at > later(rules.lease_seconds - rules.attempt_seconds),
+            d.c.claimed_by_id.in_(
+                select(workers.c.id).where(
+                    workers.c.stopped_at.is_(None),
+                    workers.c.heartbeat_at >= ago(rules.worker_dead_seconds),
+                )
+            ),
         ),
     )
 
@@ -87,7 +102,12 @@ def _claimable(d: Table | Any, rules: DeliveryRules) -> ColumnElement[bool]:
         d.c.status == DeliveryStatus.PENDING,
         d.c.next_attempt_at <= db_now(),
         not_(_held(d, rules)),
-        d.c.webhook_id.in_(select(webhooks.c.id).where(webhooks.c.enabled.is_(True))),
+        d.c.webhook_id.in_(
+            select(webhooks.c.id).where(
+                webhooks.c.enabled.is_(True),
+                webhooks.c.organization_id.not_in(bindparam("excluded", expanding=True)),
+            )
+        ),
         d.c.webhook_id.not_in(_busy_webhooks(rules)),
     )
 
@@ -95,7 +115,7 @@ def _claimable(d: Table | Any, rules: DeliveryRules) -> ColumnElement[bool]:
 @functools.cache
 def _claim_statement(rules: DeliveryRules) -> Any:
     """The claim's UPDATE for these rules, built once (building it costs more than
-    running it); the claiming worker is its one parameter."""
+    running it); its parameters are the claiming worker and the organizations left out."""
     d = deliveries.alias("d")
     candidate = (
         select(d.c.id)
@@ -121,6 +141,7 @@ def _claim_statement(rules: DeliveryRules) -> Any:
             deliveries.c.attempts,
             deliveries.c.schedule_from,
             deliveries.c.webhook_id,
+            _of_webhook(webhooks.c.organization_id).label("organization_id"),
             _of_webhook(webhooks.c.url).label("url"),
             _of_webhook(webhooks.c.secret).label("secret"),
             _of_event(webhook_events.c.message_id).label("message_id"),
@@ -170,10 +191,14 @@ class DeliveriesRepository:
     def __init__(self, session: Session) -> None:
         self.session = session
 
-    def claim_delivery(self, worker_id: int, rules: DeliveryRules) -> ClaimedDelivery | None:
-        """Compare-and-set: hold the oldest due delivery for ``rules.lease_seconds`` as
-        ``worker_id`` (one more attempt, a new token); None when none is claimable."""
-        row = self.session.execute(_claim_statement(rules), {"worker_id": worker_id}).first()
+    def claim_delivery(
+        self, worker_id: int, rules: DeliveryRules, excluding: Sequence[int] = ()
+    ) -> ClaimedDelivery | None:
+        """Compare-and-set: hold the oldest due delivery of any organization but those
+        ``excluding`` names for ``rules.lease_seconds`` as ``worker_id`` (one more attempt,
+        a new token); None when none is claimable."""
+        parameters = {"worker_id": worker_id, "excluded": list(excluding)}
+        row = self.session.execute(_claim_statement(rules), parameters).first()
         if row is None:
             return None
         return ClaimedDelivery(
@@ -182,6 +207,7 @@ class DeliveriesRepository:
             attempts=row.attempts,
             schedule_from=row.schedule_from,
             webhook_id=row.webhook_id,
+            organization_id=row.organization_id,
             url=row.url,
             secret=row.secret,
             message_id=row.message_id,

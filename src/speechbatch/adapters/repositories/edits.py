@@ -1,5 +1,5 @@
-"""Edits of a job that is not running: an item's text, a take restored, the job's voice
-and options, a selective regenerate's claim, the job deleted.
+"""Edits of a job that is not running: an item's text, a take restored, the job's voice,
+options and cast, a selective regenerate's claim, the job deleted.
 
 Every method that writes items first takes the job row's lock (``lock_job``, which
 bumps the version: the ETag) and leaves the job's counters equal to its items
@@ -8,7 +8,7 @@ bumps the version: the ETag) and leaves the job's counters equal to its items
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -18,6 +18,7 @@ from sqlalchemy.orm import Session
 
 from speechbatch.adapters.db import db_now
 from speechbatch.adapters.models import ItemStatus, JobStatus, RunOutcome
+from speechbatch.adapters.repositories.cast import CastMoves
 from speechbatch.adapters.repositories.jobs import claim_update
 from speechbatch.adapters.repositories.tables import COUNTERS, items, jobs, retired_ids, runs
 from speechbatch.adapters.repositories.takes import AUDIO_COLUMNS, TakeMoves, takes
@@ -49,6 +50,10 @@ class Edits(Protocol):
     def kept_take(self, job_id: int, item_id: int, take: int, keep: int) -> KeptTake | None: ...
     def restore_take(self, job_id: int, item_id: int, take: int) -> list[str]: ...
     def set_voice_and_options(self, job_id: int, voice: str, options: str) -> None: ...
+    def mark_other_requests_stale(self, job_id: int, voice: str, options: str) -> None: ...
+    def cast_of(self, job_id: int) -> dict[str, str]: ...
+    def change_cast(self, job_id: int, changes: Mapping[str, str | None]) -> None: ...
+    def mark_speakers_stale(self, job_id: int, speakers: Sequence[str | None]) -> int: ...
     def settle_job(self, job_id: int) -> None: ...
     def claim_selection(
         self,
@@ -72,7 +77,7 @@ def _count(status: str) -> ColumnElement[int]:
     )
 
 
-class EditsRepository(TakeMoves):
+class EditsRepository(TakeMoves, CastMoves):
     """Edits of jobs that are not GENERATING, over one session."""
 
     def __init__(self, session: Session) -> None:
@@ -104,8 +109,9 @@ class EditsRepository(TakeMoves):
         return found
 
     def edit_item(self, job_id: int, item_id: int, text: str) -> str | None:
-        """Give the item a new text: PENDING, its audio kept and stale. Answers
-        "edited", "unchanged" (a DONE item that already says it) or None (no such item)."""
+        """Give the item a new text: PENDING, its audio kept and stale, its spoken text
+        due to the stale pass. Answers "edited", "unchanged" (a DONE item that already
+        says it) or None (no such item)."""
         row = self.session.execute(
             update(items)
             .where(
@@ -119,10 +125,12 @@ class EditsRepository(TakeMoves):
                 error_message=null(),
                 stale=items.c.audio_path.is_not(None),
                 updated_at=db_now(),
+                spoken_version=null(),
             )
             .returning(items.c.id)
         ).first()
         if row is not None:
+            self._spoken_texts_due(job_id)
             return "edited"
         exists = self.session.execute(
             select(items.c.id).where(items.c.id == item_id, items.c.job_id == job_id)
@@ -170,22 +178,25 @@ class EditsRepository(TakeMoves):
                 current_take=take,
                 stale=False,
                 updated_at=db_now(),
+                spoken_version=null(),
             )
             .returning(items.c.audio_path)
         ).scalar_one()
+        self._spoken_texts_due(job_id)
         return self.unreferenced([replaced], keep=now)
 
+    def _spoken_texts_due(self, job_id: int) -> None:
+        """A line's text changed: the stale pass writes its spoken text again."""
+        self.session.execute(update(jobs).where(jobs.c.id == job_id).values(spoken_version=null()))
+
     def set_voice_and_options(self, job_id: int, voice: str, options: str) -> None:
-        """Change the job's voice and options (stored JSON) and mark every item with
-        audio stale: its audio answers another request now."""
+        """Change the job's voice and options (stored JSON) and mark stale every item
+        with audio that answers another request now (a speaker of the cast keeps their
+        own voice: a new narrator's voice leaves their lines as they are)."""
         self.session.execute(
             update(jobs).where(jobs.c.id == job_id).values(voice=voice, options=options)
         )
-        self.session.execute(
-            update(items)
-            .where(items.c.job_id == job_id, items.c.audio_path.is_not(None))
-            .values(stale=True, updated_at=db_now())
-        )
+        self.mark_other_requests_stale(job_id, voice, options)
 
     def settle_job(self, job_id: int) -> None:
         """Set the job's counters from its items, and its status from them: COMPLETED
@@ -253,7 +264,7 @@ class EditsRepository(TakeMoves):
 
     def delete_job(self, job_id: int) -> list[str]:
         """Delete a job (locked, not GENERATING) with its items, takes and runs; answers
-        the audio keys it referred to that nothing refers to any more."""
+        the keys it referred to (audio, its cover) that nothing refers to any more."""
         audio: Sequence[str] = (
             self.session.execute(
                 select(items.c.audio_path)
@@ -267,7 +278,10 @@ class EditsRepository(TakeMoves):
             .scalars()
             .all()
         )
-        keys = list(audio)
+        cover = self.session.execute(
+            select(jobs.c.cover_path).where(jobs.c.id == job_id)
+        ).scalar_one_or_none()
+        keys = [*audio, *([cover] if cover else [])]
         # Children first: SQLite enforces the cascade only with foreign keys on, and
         # the explicit order does not depend on it.
         job_items = select(items.c.id).where(items.c.job_id == job_id)

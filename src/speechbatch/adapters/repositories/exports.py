@@ -15,6 +15,7 @@ from sqlalchemy import (
     and_,
     case,
     exists,
+    func,
     insert,
     literal,
     or_,
@@ -26,7 +27,8 @@ from sqlalchemy.orm import Session
 from speechbatch.adapters.db import db_now
 from speechbatch.adapters.models import Export, ItemStatus
 from speechbatch.adapters.repositories.job_locks import LockRepository, job_locks, live_lock
-from speechbatch.adapters.repositories.tables import items, jobs
+from speechbatch.adapters.repositories.tables import item_voice, items, jobs
+from speechbatch.adapters.repositories.takes import takes
 from speechbatch.domain.statuses import ExportStatus
 
 exports = cast(Table, Export.__table__)
@@ -167,7 +169,15 @@ class ExportRepository:
         )
 
     def done_audio(self, organization_id: int) -> list[DoneAudio]:
-        """Every DONE item of the organization that has audio, by job and position."""
+        """Every DONE item of the organization that has audio, by job and position, with
+        the voice its audio was made with (its current take's; else its speaker's or the
+        job's)."""
+        take_voice = (
+            select(takes.c.voice)
+            .where(takes.c.item_id == items.c.id, takes.c.take == items.c.current_take)
+            .correlate_except(takes)
+            .scalar_subquery()
+        )
         rows = self.session.execute(
             select(
                 jobs.c.id.label("job_id"),
@@ -175,7 +185,7 @@ class ExportRepository:
                 items.c.id.label("item_id"),
                 items.c.position,
                 items.c.text,
-                jobs.c.voice,
+                func.coalesce(take_voice, item_voice()).label("voice"),
                 items.c.audio_path,
                 items.c.key,
             )

@@ -201,9 +201,10 @@ class ItemMoves(TakeMoves):
         suspect: str | None = None,
         spoken_text: str | None = None,
         keep: int = DEFAULT_TAKES_KEPT,
+        timing: str | None = None,
     ) -> FinishedItem:
         """Fenced: move a GENERATING item to DONE (with audio, its measurement, recorded
-        as its next take with ``spoken_text``, see ``record_take``) or ERROR.
+        as its next take with ``spoken_text`` and ``timing``, see ``record_take``) or ERROR.
 
         ``replaced_audio_path`` is the audio the item had when it started (its start
         answered it); a DONE finish names it in its answer when nothing refers to it
@@ -223,7 +224,7 @@ class ItemMoves(TakeMoves):
         ).first()
         if row is None:
             return FinishedItem(won=False)
-        return self._new_take(item_id, spoken_text, keep, replaced_audio_path, row)
+        return self._new_take(item_id, spoken_text, keep, replaced_audio_path, row, timing)
 
     def _finish_error(
         self, job_id: int, attempt: int, item_id: int, error_message: str
@@ -267,11 +268,12 @@ class ItemMoves(TakeMoves):
         keep: int,
         replaced: str | None,
         done: Any,
+        timing: str | None = None,
     ) -> FinishedItem:
         """The item's new audio (``done``: its DONE move's row, with ``audio_path`` and
         ``current_take``) as its take; the won finish's answer, with the audio nothing
         refers to any more (``replaced``, takes that fell off)."""
-        dropped = self.record_take(item_id, spoken_text, keep, done.current_take)
+        dropped = self.record_take(item_id, spoken_text, keep, done.current_take, timing)
         orphaned = self.unreferenced([replaced, *dropped], keep=done.audio_path)
         return FinishedItem(True, tuple(orphaned), done.text, int(done.lexicon_version))
 

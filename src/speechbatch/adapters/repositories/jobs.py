@@ -47,6 +47,7 @@ class Jobs(Protocol):
         item_chapters: Sequence[int] | None = None,
         chapters: Sequence[tuple[int, str, int]] | None = None,
         options: str = "{}",
+        speakers: Sequence[str | None] | None = None,
     ) -> int: ...
 
     def claim_job(
@@ -111,10 +112,11 @@ class JobsRepository:
         item_chapters: Sequence[int] | None = None,
         chapters: Sequence[tuple[int, str, int]] | None = None,
         options: str = "{}",
+        speakers: Sequence[str | None] | None = None,
     ) -> int:
-        """Insert a job (``options`` as stored JSON) and its items (with their keys and
-        chapter indexes, when given) and its chapters (``(index, title, first_position)``);
-        return the job's id."""
+        """Insert a job (``options`` as stored JSON), its items (with their keys, chapter
+        indexes and speakers, when given) and its chapters (``(index, title,
+        first_position)``); return the job's id."""
         job_id: int = self.session.execute(
             insert(jobs)
             .values(
@@ -141,6 +143,7 @@ class JobsRepository:
                     "status": ItemStatus.PENDING,
                     "key": keys[i - 1] if keys else None,
                     "chapter": item_chapters[i - 1] if item_chapters else None,
+                    "speaker": speakers[i - 1] if speakers else None,
                 }
                 for i, t in enumerate(texts, start=1)
             ],

@@ -12,7 +12,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any, Protocol, cast
 
-from sqlalchemy import Table, and_, func, insert, literal, or_, select, update
+from sqlalchemy import Table, func, insert, literal, or_, select, update
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.ext.compiler import compiles
 from sqlalchemy.orm import Session
@@ -23,7 +23,6 @@ from sqlalchemy.types import String
 from speechbatch.adapters.db import db_now
 from speechbatch.adapters.models import (
     Export,
-    ItemStatus,
     Render,
     Take,
     UsageMonth,
@@ -31,16 +30,14 @@ from speechbatch.adapters.models import (
 from speechbatch.adapters.models import (
     Reservation as ReservationRow,
 )
-from speechbatch.adapters.repositories.tables import items, jobs, organizations
+from speechbatch.adapters.repositories.spending_reads import JobItems, SpendingReads
+from speechbatch.adapters.repositories.tables import jobs, organizations
 
 usage_months = cast(Table, UsageMonth.__table__)
 exports = cast(Table, Export.__table__)
 renders = cast(Table, Render.__table__)
 reservations = cast(Table, ReservationRow.__table__)
 takes = cast(Table, Take.__table__)
-
-# Fingerprints per IN (...) list: well under every backend's bound-parameter limit.
-_CHUNK = 500
 
 
 class db_month(FunctionElement[str]):
@@ -61,6 +58,15 @@ def _sqlite_month(element: db_month, compiler: SQLCompiler, **kw: Any) -> str:
 
 
 @dataclass(frozen=True)
+class ProviderUsage:
+    """One provider's share of an organization's month: billed units and calls."""
+
+    provider: str | None
+    billed: int
+    calls: int
+
+
+@dataclass(frozen=True)
 class Usage:
     """An organization's ledger for one month, and its budget."""
 
@@ -68,6 +74,9 @@ class Usage:
     billed_characters: int
     provider_calls: int
     budget_characters: int | None
+    # Of the billed calls, those whose request was written but whose answer was lost.
+    in_doubt_calls: int = 0
+    in_doubt_characters: int = 0
 
     @property
     def remaining_characters(self) -> int | None:
@@ -87,26 +96,14 @@ class Reservation:
     month: str
 
 
-def _chunks(values: list[str]) -> Iterable[list[str]]:
-    for start in range(0, len(values), _CHUNK):
-        yield values[start : start + _CHUNK]
-
-
-@dataclass(frozen=True)
-class JobItems:
-    """A job's voice and options (stored JSON) and its items' (id, status, text, stale)."""
-
-    voice: str
-    options: str
-    rows: list[Any]
-
-
 class Spending(Protocol):
     """What the services need of the ledger, budgets and stored audio."""
 
     def usage(self, organization_id: int) -> Usage: ...
+    def usage_by_provider(self, organization_id: int) -> list[ProviderUsage]: ...
     def set_budget(self, slug: str, characters: int | None) -> int | None: ...
     def job_items(self, job_id: int, organization_id: int) -> JobItems | None: ...
+    def job_stamp(self, job_id: int, organization_id: int) -> tuple[int, Any] | None: ...
     def longest_unsent(
         self, job_id: int, organization_id: int, *, regenerate: bool
     ) -> int | None: ...
@@ -114,19 +111,25 @@ class Spending(Protocol):
     def referenced_keys(self, keys: Iterable[str]) -> set[str]: ...
 
 
-class SpendingRepository:
+class SpendingRepository(SpendingReads):
     """The ledger, budgets and shared-audio queries over one session."""
 
     def __init__(self, session: Session) -> None:
-        self.session = session
+        super().__init__(session)
         self._dialect = session.get_bind().dialect.name
 
     def reserve_characters(
-        self, organization_id: int, job_id: int, attempt: int, characters: int
+        self,
+        organization_id: int,
+        job_id: int,
+        attempt: int,
+        characters: int,
+        provider: str | None = None,
     ) -> Reservation | None:
         """Compare-and-set: bill one provider attempt of ``characters`` to this month
         (its reservation's row is the run's share of the ledger) before it is sent; None, writing
-        nothing, when it does not fit the budget.
+        nothing, when it does not fit the budget. ``provider``: where the attempt goes
+        (the ledger's breakdown by provider).
 
         The month's row is one conditional upsert: the first call of a month inserts it (if
         it fits the budget at all), later ones add to it only while ``billed + n <=
@@ -138,12 +141,12 @@ class SpendingRepository:
         has no writes in a ``WITH``, and takes two.
         """
         bill = self._bill_month(organization_id, characters)
-        columns = ["organization_id", "job_id", "attempt", "month", "characters"]
+        columns = ["organization_id", "job_id", "attempt", "month", "characters", "provider"]
         if self._dialect == "postgresql":
             billed = bill.cte("billed")
             source = select(
                 literal(organization_id), literal(job_id), literal(attempt),
-                billed.c.month, literal(characters),
+                billed.c.month, literal(characters), literal(provider, String()),
             )  # fmt: skip
             statement = (
                 insert(reservations).from_select(columns, source).add_cte(billed, nest_here=True)
@@ -152,7 +155,7 @@ class SpendingRepository:
             month = self.session.execute(bill).scalar_one_or_none()
             if month is None:
                 return None
-            values = (organization_id, job_id, attempt, month, characters)
+            values = (organization_id, job_id, attempt, month, characters, provider)
             statement = insert(reservations).values(dict(zip(columns, values, strict=True)))
         row = self.session.execute(
             statement.returning(reservations.c.id, reservations.c.month)
@@ -189,6 +192,20 @@ class SpendingRepository:
             ),
         ).returning(usage_months.c.month)
 
+    def reservation_made(self, reservation: Reservation) -> bool:
+        """Whether ``reservation``'s row exists: the transaction that made it committed
+        (read after a commit whose acknowledgement was lost). PostgreSQL never hands an
+        id out twice; SQLite may reuse a rolled-back row's id, so the run and the size
+        must match too."""
+        found = self.session.execute(
+            select(reservations.c.id).where(
+                reservations.c.id == reservation.id,
+                reservations.c.job_id == reservation.job_id,
+                reservations.c.characters == reservation.characters,
+            )
+        ).first()
+        return found is not None
+
     def refund_reservation(self, reservation: Reservation) -> bool:
         """Compare-and-set: give back a reserved attempt that was never sent, to the
         month that paid for it; whether it won (a second refund of it gives nothing)."""
@@ -197,31 +214,60 @@ class SpendingRepository:
         self.session.execute(
             update(jobs).where(jobs.c.id == reservation.job_id).values(version=jobs.c.version + 1)
         )
-        row = self.session.execute(
-            update(reservations)
-            .where(reservations.c.id == reservation.id, reservations.c.refunded_at.is_(None))
-            .values(refunded_at=db_now())
-            .returning(
-                reservations.c.organization_id,
-                reservations.c.attempt,
-                reservations.c.month,
-                reservations.c.characters,
-            )
-        ).first()
+        row = self._flip(reservation, reservations.c.refunded_at)
         if row is None:
             return False
+        self._add_to_month(
+            row,
+            billed_characters=usage_months.c.billed_characters - row.characters,
+            provider_calls=usage_months.c.provider_calls - 1,
+        )
+        return True
+
+    def mark_in_doubt(self, reservation: Reservation) -> bool:
+        """Compare-and-set: count a billed attempt whose request was written but whose
+        answer was lost (a timeout, a reset) as in doubt, in the month that paid; whether
+        it won (a retried mark counts nothing more; a refunded one is not in doubt)."""
+        row = self._flip(reservation, reservations.c.in_doubt_at)
+        if row is None:
+            return False
+        self._add_to_month(
+            row,
+            in_doubt_calls=usage_months.c.in_doubt_calls + 1,
+            in_doubt_characters=usage_months.c.in_doubt_characters + row.characters,
+        )
+        return True
+
+    def _flip(self, reservation: Reservation, moment: Any) -> Any:
+        """Set the reservation's ``moment`` column (refunded, in doubt) to now, once, and
+        only while it is not refunded; its row (organization, month, characters), or None."""
+        return self.session.execute(
+            update(reservations)
+            .where(
+                reservations.c.id == reservation.id,
+                moment.is_(None),
+                reservations.c.refunded_at.is_(None),
+            )
+            .values({moment: db_now()})
+            .returning(
+                reservations.c.organization_id, reservations.c.month, reservations.c.characters
+            )
+        ).first()
+
+    def _add_to_month(self, row: Any, **values: Any) -> None:
+        """Update the usage month that paid for a reservation's ``row``."""
         self.session.execute(
             update(usage_months)
             .where(
                 usage_months.c.organization_id == row.organization_id,
                 usage_months.c.month == row.month,
             )
-            .values(
-                billed_characters=usage_months.c.billed_characters - row.characters,
-                provider_calls=usage_months.c.provider_calls - 1,
-            )
+            .values(**values)
         )
-        return True
+
+    def usage_by_provider(self, organization_id: int) -> list[ProviderUsage]:
+        """This month's billed units and calls per provider (see ``usage_by_provider``)."""
+        return usage_by_provider(self.session, organization_id)
 
     def usage(self, organization_id: int) -> Usage:
         """This month's ledger of the organization (zeros before its first call)."""
@@ -231,6 +277,8 @@ class SpendingRepository:
                 organizations.c.budget_characters,
                 usage_months.c.billed_characters,
                 usage_months.c.provider_calls,
+                usage_months.c.in_doubt_calls,
+                usage_months.c.in_doubt_characters,
             )
             .select_from(
                 organizations.outerjoin(
@@ -246,6 +294,8 @@ class SpendingRepository:
             billed_characters=int(row.billed_characters or 0),
             provider_calls=int(row.provider_calls or 0),
             budget_characters=row.budget_characters,
+            in_doubt_calls=int(row.in_doubt_calls or 0),
+            in_doubt_characters=int(row.in_doubt_characters or 0),
         )
 
     def set_budget(self, slug: str, characters: int | None) -> int | None:
@@ -257,83 +307,19 @@ class SpendingRepository:
             .returning(organizations.c.id)
         ).scalar_one_or_none()
 
-    def job_items(self, job_id: int, organization_id: int) -> JobItems | None:
-        """A job's voice, options and its items' (id, status, text, stale), in order;
-        None when not the org's."""
-        job = self.session.execute(
-            select(jobs.c.voice, jobs.c.options).where(
-                jobs.c.id == job_id, jobs.c.organization_id == organization_id
-            )
-        ).first()
-        if job is None:
-            return None
-        rows = self.session.execute(
-            select(items.c.id, items.c.status, items.c.text, items.c.stale)
-            .where(items.c.job_id == job_id)
-            .order_by(items.c.position)
-        ).all()
-        return JobItems(job.voice, job.options, list(rows))
 
-    def longest_unsent(self, job_id: int, organization_id: int, *, regenerate: bool) -> int | None:
-        """The characters of the job's longest text still to send (not DONE; every item
-        for a regenerate), counted by the database: 0 when none is left, None when the
-        job is not the organization's. No call of a click can need more."""
-        unsent = items.c.job_id == jobs.c.id
-        if not regenerate:
-            unsent = and_(unsent, items.c.status != ItemStatus.DONE)
-        longest = select(func.max(func.length(items.c.text))).where(unsent).scalar_subquery()
-        row = self.session.execute(
-            select(func.coalesce(longest, 0)).where(
-                jobs.c.id == job_id, jobs.c.organization_id == organization_id
-            )
-        ).first()
-        return None if row is None else int(row[0])
-
-    def reusable_fingerprints(self, fingerprints: Iterable[str]) -> set[str]:
-        """Which of these fingerprints already have finished audio (an index probe each)."""
-        wanted = sorted(set(fingerprints))
-        found: set[str] = set()
-        for chunk in _chunks(wanted):
-            found.update(
-                self.session.execute(
-                    select(items.c.fingerprint)
-                    .where(
-                        items.c.fingerprint.in_(chunk),
-                        items.c.status == ItemStatus.DONE,
-                        items.c.audio_path.is_not(None),
-                    )
-                    .distinct()
-                ).scalars()
-            )
-        return found
-
-    def referenced_keys(self, keys: Iterable[str]) -> set[str]:
-        """Which of these storage keys an item's audio, a kept take, an export's archive or
-        a render's files refer to."""
-        wanted = sorted(set(keys))
-        found: set[str] = set()
-        for chunk in _chunks(wanted):
-            found.update(
-                self.session.execute(
-                    select(items.c.audio_path).where(items.c.audio_path.in_(chunk)).distinct()
-                ).scalars()
-            )
-            found.update(
-                self.session.execute(
-                    select(exports.c.file_path).where(exports.c.file_path.in_(chunk))
-                ).scalars()
-            )
-            for column in (renders.c.file_path, renders.c.vtt_path, renders.c.srt_path):
-                found.update(
-                    self.session.execute(select(column).where(column.in_(chunk))).scalars()
-                )
-            found.update(
-                self.session.execute(
-                    select(takes.c.audio_path).where(takes.c.audio_path.in_(chunk)).distinct()
-                ).scalars()
-            )
-        return found
-
-    def is_referenced(self, key: str) -> bool:
-        """Whether any item or kept take still refers to a stored audio file."""
-        return bool(self.referenced_keys([key]))
+def usage_by_provider(session: Session, organization_id: int) -> list[ProviderUsage]:
+    """This month's billed units and calls of the organization per provider (from the
+    reservations not refunded; NULL: rows from before several providers)."""
+    month = session.execute(select(db_month())).scalar_one()
+    rows = session.execute(
+        select(reservations.c.provider, func.sum(reservations.c.characters), func.count())
+        .where(
+            reservations.c.organization_id == organization_id,
+            reservations.c.month == month,
+            reservations.c.refunded_at.is_(None),
+        )
+        .group_by(reservations.c.provider)
+        .order_by(reservations.c.provider)
+    ).all()
+    return [ProviderUsage(r[0], int(r[1] or 0), int(r[2])) for r in rows]

@@ -21,7 +21,9 @@ class StaleJob:
 
     job_id: int
     attempt: int
-    reason: str  # "lease", "worker" or "unassigned" (no worker took the claimed run)
+    # "lease", "worker" (no live process beats for the run) or "unassigned" (no worker
+    # took the claimed run)
+    reason: str
     worker: str | None
 
 
@@ -34,8 +36,10 @@ def stale_progress(lease_seconds: float | ColumnElement[float]) -> ColumnElement
     )
 
 
-def dead_worker(worker_dead_seconds: float | ColumnElement[float]) -> ColumnElement[bool]:
-    """The process running the job's current run stopped heartbeating (or stopped)."""
+def dead_run(worker_dead_seconds: float | ColumnElement[float]) -> ColumnElement[bool]:
+    """No live process runs the job's current run: its own beat (stamped by its claim and
+    by the heartbeat of the process running it) is older than ``worker_dead_seconds``, or
+    its process stopped. A process that died and one that gave the run up look the same."""
     return (
         select(1)
         .select_from(runs.join(workers, workers.c.id == runs.c.worker_id))
@@ -43,7 +47,7 @@ def dead_worker(worker_dead_seconds: float | ColumnElement[float]) -> ColumnElem
             runs.c.job_id == jobs.c.id,
             runs.c.attempt == jobs.c.attempt,
             or_(
-                workers.c.heartbeat_at < ago(worker_dead_seconds),
+                runs.c.heartbeat_at < ago(worker_dead_seconds),
                 workers.c.stopped_at.is_not(None),
             ),
         )
@@ -71,11 +75,11 @@ def unassigned_run(worker_dead_seconds: float | ColumnElement[float]) -> ColumnE
 def looks_dead(
     lease_seconds: float | ColumnElement[float], worker_dead_seconds: float | ColumnElement[float]
 ) -> ColumnElement[bool]:
-    """Any of the reasons a GENERATING job is dead: no progress for the lease, its
-    worker stopped heartbeating, or no worker took its run."""
+    """Any of the reasons a GENERATING job is dead: no progress for the lease, no live
+    process beats for its run, or no worker took its run."""
     return or_(
         stale_progress(lease_seconds),
-        dead_worker(worker_dead_seconds),
+        dead_run(worker_dead_seconds),
         unassigned_run(worker_dead_seconds),
     )
 
@@ -183,7 +187,7 @@ class RecoveryRepository:
         elif stale.reason == "unassigned":
             still_dead = unassigned_run(worker_dead_seconds)
         else:
-            still_dead = dead_worker(worker_dead_seconds)
+            still_dead = dead_run(worker_dead_seconds)
         ended = self._runs.end_job(
             stale.job_id, stale.attempt, message, still_dead, fail_in_flight=True
         )

@@ -17,7 +17,8 @@ from speechbatch.adapters.db import db_now
 from speechbatch.adapters.models import Chapter, ItemStatus, Render
 from speechbatch.adapters.repositories.job_locks import LockRepository, job_locks, live_lock
 from speechbatch.adapters.repositories.tables import items, jobs
-from speechbatch.domain.renders import RenderOptions
+from speechbatch.adapters.repositories.takes import takes
+from speechbatch.domain.renders import AUDIO_FORMATS, RenderOptions
 from speechbatch.domain.statuses import RenderStatus
 
 renders = cast(Table, Render.__table__)
@@ -45,11 +46,18 @@ class RenderRecord:
     chapters: list[dict[str, Any]]
     created_at: datetime
     finished_at: datetime | None
+    preset: str | None
+    check_report: dict[str, Any] | None
+    zip_path: str | None
+    paragraph_gap_ms: int
 
     @property
     def options(self) -> RenderOptions:
         """What the render was asked for."""
-        return RenderOptions(self.format, self.gap_ms, self.chapter_gap_ms, self.loudness_lufs)
+        return RenderOptions(
+            self.format, self.gap_ms, self.chapter_gap_ms, self.loudness_lufs, self.preset,
+            self.paragraph_gap_ms,
+        )  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -70,6 +78,7 @@ class RenderItem:
     position: int
     text: str
     audio_path: str
+    timing: str | None = None  # its take's timing (JSON), when measured
 
 
 @dataclass(frozen=True)
@@ -81,6 +90,8 @@ class RenderFiles:
     srt_path: str
     duration_seconds: float
     chapters: list[dict[str, Any]]
+    check_report: dict[str, Any]
+    zip_path: str | None = None
 
 
 @dataclass(frozen=True)
@@ -96,6 +107,8 @@ class QueuedRender:
 def _render(row: Any) -> RenderRecord:
     values = {c.name: row._mapping[c.name] for c in _COLUMNS}
     values["chapters"] = json.loads(values["chapters"]) if values["chapters"] else []
+    report = values["check_report"]
+    values["check_report"] = json.loads(report) if report else None
     return RenderRecord(**values)
 
 
@@ -111,6 +124,7 @@ class Renders(Protocol):
         self, render_id: int, job_id: int, organization_id: int
     ) -> RenderRecord | None: ...
     def list_renders(self, job_id: int, organization_id: int) -> list[RenderRecord]: ...
+    def newest_completed(self, job_id: int) -> RenderRecord | None: ...
     def is_running(self, render_id: int, lock_id: int) -> bool: ...
     def chapter_titles(self, job_id: int) -> dict[int, str]: ...
     def render_items(self, job_id: int, after_position: int, limit: int) -> list[RenderItem]: ...
@@ -173,7 +187,9 @@ class RenderRepository:
                     format=options.format,
                     gap_ms=options.gap_ms,
                     chapter_gap_ms=options.chapter_gap_ms,
+                    paragraph_gap_ms=options.paragraph_gap_ms,
                     loudness_lufs=options.loudness_lufs,
+                    preset=options.preset,
                     created_at=db_now(),
                 )
                 .returning(renders.c.id)
@@ -203,6 +219,21 @@ class RenderRepository:
             )
         ]
 
+    def newest_completed(self, job_id: int) -> RenderRecord | None:
+        """The job's newest COMPLETED audio render (what its feed publishes: not a
+        read-along book), or None."""
+        row = self.session.execute(
+            select(*_COLUMNS)
+            .where(
+                renders.c.job_id == job_id,
+                renders.c.status == RenderStatus.COMPLETED,
+                renders.c.format.in_(AUDIO_FORMATS),
+            )
+            .order_by(renders.c.id.desc())
+            .limit(1)
+        ).first()
+        return _render(row) if row is not None else None
+
     def is_running(self, render_id: int, lock_id: int) -> bool:
         """Whether the render is still RUNNING under this grant (read only)."""
         found = self.session.execute(
@@ -226,8 +257,15 @@ class RenderRepository:
     def render_items(self, job_id: int, after_position: int, limit: int) -> list[RenderItem]:
         """The next ``limit`` DONE items with audio after ``after_position``, in order
         (a page: a render never holds every item's text at once)."""
+        # Every take of one audio has the same timing: one probe of the audio's index.
+        timing = (
+            select(takes.c.timing)
+            .where(takes.c.audio_path == items.c.audio_path, takes.c.timing.is_not(None))
+            .limit(1)
+            .scalar_subquery()
+        )
         rows = self.session.execute(
-            select(items.c.position, items.c.text, items.c.audio_path)
+            select(items.c.position, items.c.text, items.c.audio_path, timing.label("timing"))
             .where(
                 items.c.job_id == job_id,
                 items.c.position > after_position,
@@ -259,6 +297,8 @@ class RenderRepository:
             srt_path=files.srt_path,
             duration_seconds=files.duration_seconds,
             chapters=json.dumps(files.chapters),
+            check_report=json.dumps(files.check_report),
+            zip_path=files.zip_path,
         )
 
     def fail_render(self, render_id: int, lock_id: int, message: str) -> bool:

@@ -20,7 +20,7 @@ from speechbatch.adapters.repositories.jobs import (
     not_done_items,
     total_items,
 )
-from speechbatch.adapters.repositories.tables import items, jobs, runs
+from speechbatch.adapters.repositories.tables import item_voice, items, jobs, runs
 from speechbatch.adapters.repositories.webhooks import WebhooksRepository
 
 __all__ = ["FinishedItem", "RunPlan", "Runs", "RunsRepository", "StartedItem"]
@@ -29,13 +29,13 @@ __all__ = ["FinishedItem", "RunPlan", "Runs", "RunsRepository", "StartedItem"]
 @dataclass(frozen=True)
 class RunPlan:
     """What a run needs before its first item: the job's voice, options (stored JSON)
-    and organization, whether it regenerates, and the (id, text) of the items to send,
-    in order."""
+    and organization, whether it regenerates, and the (id, text, voice) of the items to
+    send, in order (an item's voice is its speaker's in the cast, else the job's)."""
 
     voice: str
     organization_id: int
     regenerate: bool
-    items: list[tuple[int, str]]
+    items: list[tuple[int, str, str]]
     options: str = "{}"
 
 
@@ -74,6 +74,7 @@ class Runs(Protocol):
         suspect: str | None = None,
         spoken_text: str | None = None,
         keep: int = ...,
+        timing: str | None = None,
     ) -> FinishedItem: ...
     def return_item(self, job_id: int, attempt: int, item_id: int) -> bool: ...
     def mark_stale(self, job_id: int, item_id: int) -> None: ...
@@ -98,7 +99,7 @@ class RunsRepository(ItemMoves):
 
     def run_plan(self, job_id: int, attempt: int) -> RunPlan:
         """The job's voice and organization, whether the run at ``attempt`` regenerates,
-        and the (id, text) of the items it must still send (not DONE), in order."""
+        and the (id, text, voice) of the items it must still send (not DONE), in order."""
         job = self.session.execute(
             select(
                 jobs.c.voice, jobs.c.organization_id, jobs.c.options, runs.c.kind, runs.c.selected
@@ -112,13 +113,16 @@ class RunsRepository(ItemMoves):
             # A selective regenerate sends only the items its claim picked.
             wanted.append(items.c.selected_for == attempt)
         startable = self.session.execute(
-            select(items.c.id, items.c.text).where(*wanted).order_by(items.c.position)
+            select(items.c.id, items.c.text, item_voice().label("voice"))
+            .join_from(items, jobs, jobs.c.id == items.c.job_id)
+            .where(*wanted)
+            .order_by(items.c.position)
         ).all()
         return RunPlan(
             job.voice,
             job.organization_id,
             job.kind == "regenerate",
-            [(r.id, r.text) for r in startable],
+            [(r.id, r.text, r.voice) for r in startable],
             job.options,
         )
 

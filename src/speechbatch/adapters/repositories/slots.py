@@ -25,6 +25,7 @@ from datetime import datetime
 from typing import Any, Protocol, cast
 
 from sqlalchemy import (
+    ColumnElement,
     Float,
     Table,
     and_,
@@ -45,7 +46,8 @@ from speechbatch.adapters.repositories.tables import jobs, runs
 
 provider_slots = cast(Table, ProviderSlot.__table__)
 provider_pace = cast(Table, ProviderPace.__table__)
-_PACE_ROW = 1
+# The default provider's pace row (another provider of several has its own).
+PACE_ROW = 1
 
 
 @dataclass(frozen=True)
@@ -88,6 +90,8 @@ class SlotRepository:
         capacity: int,
         worker_dead_seconds: float,
         max_hold_seconds: float,
+        first: int = 0,
+        sharing: tuple[str, tuple[str, ...]] = ("", ()),
     ) -> SlotGrant | None:
         """Compare-and-set: take a free (or dead holder's) slot for this run; None if none.
 
@@ -97,7 +101,8 @@ class SlotRepository:
         release was lost) counts as free, like one whose worker is dead.
         """
         statement = acquire_statement(
-            self._dialect, Limits(capacity, worker_dead_seconds, max_hold_seconds)
+            self._dialect,
+            Limits(capacity, worker_dead_seconds, max_hold_seconds, first, *sharing),
         )
         row = self.session.execute(
             statement, {"worker_id": worker_id, "job_id": job_id, "attempt": attempt}
@@ -105,6 +110,19 @@ class SlotRepository:
         if row is None:
             return None
         return SlotGrant(int(row.slot), int(row.token))
+
+    def renew_slot(self, grant: SlotGrant) -> bool:
+        """Compare-and-set: restart the hold of a slot still held under this grant's token
+        (its ``acquired_at`` becomes now); whether it won. It loses when the slot was
+        given to someone else meanwhile (a reclaim bumps the token), so a holder that
+        waited long never sends on a slot another holder may be using."""
+        row = self.session.execute(
+            update(provider_slots)
+            .where(*_held_under(grant))
+            .values(acquired_at=db_now())
+            .returning(provider_slots.c.slot)
+        ).first()
+        return row is not None
 
     def release_slot(self, grant: SlotGrant, job_id: int | None = None) -> bool:
         """Compare-and-set: release a slot still held under this grant's token; whether it won."""
@@ -125,11 +143,7 @@ class SlotRepository:
         for grant in sorted(grants, key=_by_slot):
             row = self.session.execute(
                 update(provider_slots)
-                .where(
-                    provider_slots.c.slot == grant.slot,
-                    provider_slots.c.token == grant.token,
-                    provider_slots.c.released_at.is_(None),
-                )
+                .where(*_held_under(grant))
                 .values(released_at=db_now())
                 .returning(*returning)
             ).first()
@@ -137,12 +151,19 @@ class SlotRepository:
         return won
 
     def holds_its_share(
-        self, job_id: int, *, capacity: int, worker_dead_seconds: float, max_hold_seconds: float
+        self,
+        job_id: int,
+        *,
+        capacity: int,
+        worker_dead_seconds: float,
+        max_hold_seconds: float,
+        first: int = 0,
+        sharing: tuple[str, tuple[str, ...]] = ("", ()),
     ) -> bool:
         """Whether the job holds its fair share of live slots, ceil(capacity / GENERATING
         jobs): an acquire for it is refused until one of its slots is released (or
         another job stops running)."""
-        limits = Limits(capacity, worker_dead_seconds, max_hold_seconds)
+        limits = Limits(capacity, worker_dead_seconds, max_hold_seconds, first, *sharing)
         return bool(
             self.session.execute(select(limits.held_by(job_id) >= limits.share())).scalar_one()
         )
@@ -157,13 +178,14 @@ class SlotRepository:
             ).scalar_one()
         )
 
-    def reserve_start(self, interval_seconds: float) -> PaceAnswer:
+    def reserve_start(self, interval_seconds: float, pace_row: int = PACE_ROW) -> PaceAnswer:
         """Compare-and-set: book the next start, ``interval_seconds`` after the previous one.
 
         Books only a start at most one interval (or a quarter second) ahead of the
         database's clock, so a waiting thread holds no far-off start it might never use;
         further ahead (the pace is booked, or a 429 paused it) answers
-        ``wait_seconds=None`` and the caller asks again.
+        ``wait_seconds=None`` and the caller asks again. ``pace_row``: the pace's row (each
+        provider of several has its own).
         """
         interval = literal(float(interval_seconds), Float)
         next_start = provider_pace.c.next_start_at
@@ -171,7 +193,7 @@ class SlotRepository:
         row = self.session.execute(
             update(provider_pace)
             .where(
-                provider_pace.c.id == _PACE_ROW,
+                provider_pace.c.id == pace_row,
                 next_start <= later(max(float(interval_seconds), 0.25)),
             )
             .values(next_start_at=plus_seconds(greatest(next_start, db_now()), interval))
@@ -181,44 +203,44 @@ class SlotRepository:
             )
         ).first()
         if row is None:
-            until = self._paused_until()
+            until = self._paused_until(pace_row)
             if until is None:
-                self._ensure_pace_row()
+                self._ensure_pace_row(pace_row)
                 return PaceAnswer(None)
             return PaceAnswer(None, max(0.0, until))
         return PaceAnswer(max(0.0, _seconds(row.starts_at, row.now)))
 
-    def _paused_until(self) -> float | None:
+    def _paused_until(self, pace_row: int) -> float | None:
         row = self.session.execute(
             select(provider_pace.c.next_start_at, db_now().label("now")).where(
-                provider_pace.c.id == _PACE_ROW
+                provider_pace.c.id == pace_row
             )
         ).first()
         return None if row is None else _seconds(row.next_start_at, row.now)
 
-    def _ensure_pace_row(self) -> None:
+    def _ensure_pace_row(self, row: int) -> None:
         insert_fn = postgresql.insert if self._dialect == "postgresql" else sqlite.insert
         self.session.execute(
             insert_fn(provider_pace)
-            .values(id=_PACE_ROW, next_start_at=db_now())
+            .values(id=row, next_start_at=db_now())
             .on_conflict_do_nothing(index_elements=[provider_pace.c.id])
         )
 
-    def paused_for(self) -> float:
+    def paused_for(self, row: int = PACE_ROW) -> float:
         """Seconds until calls may start again (a 429 paused them); 0 when not paused."""
-        until = self._paused_until()
+        until = self._paused_until(row)
         return 0.0 if until is None else max(0.0, until)
 
-    def pause_starts(self, seconds: float) -> None:
+    def pause_starts(self, seconds: float, row: int = PACE_ROW) -> None:
         """Push the deployment's next start at least ``seconds`` from now (a 429's Retry-After)."""
         statement = (
             update(provider_pace)
-            .where(provider_pace.c.id == _PACE_ROW)
+            .where(provider_pace.c.id == row)
             .values(next_start_at=greatest(provider_pace.c.next_start_at, later(seconds)))
             .returning(provider_pace.c.next_start_at)
         )
         if self.session.execute(statement).first() is None:
-            self._ensure_pace_row()
+            self._ensure_pace_row(row)
             self.session.execute(statement)
 
     def count_waiting(self, job_id: int, attempt: int, reason: str, delta: int) -> None:
@@ -249,6 +271,15 @@ class SlotRepository:
         if row is None:
             return 0, 0
         return max(0, int(row.waiting_for_slot)), max(0, int(row.waiting_for_pace))
+
+
+def _held_under(grant: SlotGrant) -> tuple[ColumnElement[bool], ...]:
+    """The slot's row, still held under the grant's token (not reclaimed, not released)."""
+    return (
+        provider_slots.c.slot == grant.slot,
+        provider_slots.c.token == grant.token,
+        provider_slots.c.released_at.is_(None),
+    )
 
 
 def _by_slot(grant: SlotGrant) -> int:

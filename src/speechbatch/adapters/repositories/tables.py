@@ -4,10 +4,11 @@ from __future__ import annotations
 
 from typing import cast
 
-from sqlalchemy import Column, Table
+from sqlalchemy import Column, ColumnElement, Table, func, select
 
 from speechbatch.adapters.models import (
     ApiToken,
+    CastVoice,
     Chapter,
     Item,
     ItemStatus,
@@ -30,6 +31,7 @@ organizations = cast(Table, Organization.__table__)
 api_tokens = cast(Table, ApiToken.__table__)
 sign_in_throttles = cast(Table, SignInThrottle.__table__)
 retired_ids = cast(Table, RetiredId.__table__)
+cast_voices = cast(Table, CastVoice.__table__)
 
 # The job row's progress counter of each item status.
 COUNTERS: dict[str, Column[int]] = {
@@ -38,6 +40,19 @@ COUNTERS: dict[str, Column[int]] = {
     ItemStatus.DONE: jobs.c.items_done,
     ItemStatus.ERROR: jobs.c.items_error,
 }
+
+
+def item_voice() -> ColumnElement[str]:
+    """The voice an item (``items``, beside its job ``jobs``) is spoken with: its
+    speaker's in the job's cast, else the job's own (the narrator's)."""
+    speaker_voice = (
+        select(cast_voices.c.voice)
+        .where(cast_voices.c.job_id == items.c.job_id, cast_voices.c.speaker == items.c.speaker)
+        # The item is the enclosing statement's, however deep this expression sits.
+        .correlate_except(cast_voices)
+        .scalar_subquery()
+    )
+    return func.coalesce(speaker_voice, jobs.c.voice)
 
 
 def audio_url(job_id: int, item_id: int) -> str:

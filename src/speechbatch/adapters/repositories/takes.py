@@ -13,11 +13,11 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol, cast
 
-from sqlalchemy import ColumnElement, Table, and_, exists, func, insert, literal, select
+from sqlalchemy import ColumnElement, Table, Text, and_, exists, func, insert, literal, select
 from sqlalchemy.orm import Session
 
 from speechbatch.adapters.models import Take
-from speechbatch.adapters.repositories.tables import items, jobs
+from speechbatch.adapters.repositories.tables import item_voice, items, jobs
 
 takes = cast(Table, Take.__table__)
 # What a take keeps of the item's audio, and gives back when it is restored.
@@ -49,6 +49,16 @@ class TakeRow:
     current: bool
 
 
+@dataclass(frozen=True)
+class CurrentTiming:
+    """The item's current audio: what it says, how long it lasts, and its stored timing
+    (JSON; None when it was never measured)."""
+
+    spoken_text: str
+    duration_seconds: float | None
+    timing: str | None
+
+
 def take_number(item_id: int | ColumnElement[int], audio_path: Any) -> ColumnElement[int]:
     """The number of the item's take of ``audio_path``: its existing take (a retried
     finish), else the item's next number. A DONE move sets ``current_take`` to it."""
@@ -68,11 +78,17 @@ class TakeMoves:
     session: Session
 
     def record_take(
-        self, item_id: int, spoken_text: str | None, keep: int, number: int | None
+        self,
+        item_id: int,
+        spoken_text: str | None,
+        keep: int,
+        number: int | None,
+        timing: str | None = None,
     ) -> list[str]:
         """Record the item's current audio as its take ``number`` (the item's DONE move
-        set ``current_take`` to it, see ``take_number``) with the item's text, the job's
-        voice and options and ``spoken_text`` (what was sent; None: the text), once (the
+        set ``current_take`` to it, see ``take_number``) with the item's text, its voice
+        (its speaker's, else the job's), the job's options, ``spoken_text`` (what was
+        sent; None: the text) and its ``timing`` (JSON; None: not measured), once (the
         same audio again, a retried commit, records nothing new); drop the takes beyond
         the newest ``keep``: answer their audio keys."""
         already = exists().where(
@@ -80,14 +96,24 @@ class TakeMoves:
         )
         self.session.execute(
             insert(takes).from_select(
-                ["item_id", "take", "text", "spoken_text", "voice", "options", *AUDIO_COLUMNS],
+                [
+                    "item_id",
+                    "take",
+                    "text",
+                    "spoken_text",
+                    "voice",
+                    "options",
+                    "timing",
+                    *AUDIO_COLUMNS,
+                ],
                 select(
                     items.c.id,
                     items.c.current_take,
                     items.c.text,
                     items.c.text if spoken_text is None else literal(spoken_text),
-                    jobs.c.voice,
+                    item_voice(),
                     jobs.c.options,
+                    literal(timing, Text()),
                     *(items.c[name] for name in AUDIO_COLUMNS),
                 )
                 .join_from(items, jobs, jobs.c.id == items.c.job_id)
@@ -128,6 +154,10 @@ class Takes(Protocol):
     ) -> dict[str, Any] | None: ...
     def item_takes(self, item_id: int, keep: int) -> list[TakeRow]: ...
     def take_audio(self, item_id: int, take: int, keep: int) -> str | None: ...
+    def current_timing(self, item_id: int) -> CurrentTiming | None: ...
+    def selected_lines(
+        self, job_id: int, organization_id: int, item_ids: Sequence[int] | None, limit: int
+    ) -> tuple[list[dict[str, Any]], int]: ...
 
 
 class TakeReads:
@@ -158,6 +188,7 @@ class TakeReads:
                 items.c.id,
                 items.c.position,
                 items.c.text,
+                items.c.speaker,
                 items.c.status,
                 items.c.stale,
                 items.c.suspect,
@@ -209,3 +240,50 @@ class TakeReads:
                 and_(takes.c.item_id == item_id, takes.c.take == take, takes.c.take > newest - keep)
             )
         ).scalar_one_or_none()
+
+    def current_timing(self, item_id: int) -> CurrentTiming | None:
+        """The timing of the item's current take (None when the item has no audio). A
+        take that shares its audio (a reuse) has the timing of the take that made it."""
+        row = self.session.execute(
+            select(takes.c.spoken_text, takes.c.duration_seconds, takes.c.timing)
+            .join(items, items.c.id == takes.c.item_id)
+            .where(
+                takes.c.item_id == item_id,
+                takes.c.take == items.c.current_take,
+                takes.c.audio_path == items.c.audio_path,
+            )
+        ).first()
+        if row is None:
+            return None
+        timing = row.timing
+        if timing is None:
+            timing = self.session.execute(
+                select(_OTHER.c.timing)
+                .join(items, items.c.audio_path == _OTHER.c.audio_path)
+                .where(items.c.id == item_id, _OTHER.c.timing.is_not(None))
+                .limit(1)
+            ).scalar_one_or_none()
+        return CurrentTiming(row.spoken_text, row.duration_seconds, timing)
+
+    def selected_lines(
+        self, job_id: int, organization_id: int, item_ids: Sequence[int] | None, limit: int
+    ) -> tuple[list[dict[str, Any]], int]:
+        """The first ``limit`` lines (position, key, text, status, stale) of the
+        organization's job that a selection names, in position order, and how many it
+        names in all: the items ``item_ids``, or (None) every stale item."""
+        chosen = items.c.stale.is_(True) if item_ids is None else items.c.id.in_(list(item_ids))
+        where = (items.c.job_id == job_id, jobs.c.organization_id == organization_id, chosen)
+        joined = items.join(jobs, jobs.c.id == items.c.job_id)
+        columns = (items.c.id, items.c.position, items.c.key, items.c.text, items.c.status)
+        rows = self.session.execute(
+            select(*columns, items.c.stale)
+            .select_from(joined)
+            .where(*where)
+            .order_by(items.c.position)
+            .limit(limit)
+        ).all()
+        total = self.session.execute(
+            select(func.count()).select_from(joined).where(*where)
+        ).scalar_one()
+        lines = [dict(r._mapping, stale=bool(r.stale)) for r in rows]
+        return lines, int(total)

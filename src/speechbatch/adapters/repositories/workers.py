@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Protocol
 
-from sqlalchemy import and_, func, insert, select, update
+from sqlalchemy import and_, func, insert, or_, select, update
 from sqlalchemy.orm import Session
 
 from speechbatch.adapters.db import db_now
@@ -35,6 +35,7 @@ class Workers(Protocol):
 
     def register_worker(self, hostname: str, pid: int) -> int: ...
     def heartbeat_worker(self, worker_id: int) -> None: ...
+    def beat_runs(self, worker_id: int, running: list[tuple[int, int]]) -> None: ...
     def mark_worker_stopped(self, worker_id: int) -> None: ...
     def waiting_runs(self, limit: int) -> list[WaitingRun]: ...
     def take_run(self, job_id: int, attempt: int, worker_id: int) -> bool: ...
@@ -61,6 +62,22 @@ class WorkersRepository:
             update(workers).where(workers.c.id == worker_id).values(heartbeat_at=db_now())
         )
 
+    def beat_runs(self, worker_id: int, running: list[tuple[int, int]]) -> None:
+        """Stamp the beat of the runs (job, attempt) this worker is running now, with the
+        database's clock: a run it no longer runs stops being stamped, and is dead once
+        its beat is older than WORKER_DEAD_SECONDS."""
+        if not running:
+            return
+        self.session.execute(
+            update(runs)
+            .where(
+                runs.c.worker_id == worker_id,
+                runs.c.outcome == RunOutcome.RUNNING,
+                or_(*(and_(runs.c.job_id == j, runs.c.attempt == a) for j, a in running)),
+            )
+            .values(heartbeat_at=db_now())
+        )
+
     def mark_worker_stopped(self, worker_id: int) -> None:
         """Record that a worker stopped on purpose."""
         self.session.execute(
@@ -83,7 +100,8 @@ class WorkersRepository:
         return [WaitingRun(int(r.job_id), int(r.attempt)) for r in rows]
 
     def take_run(self, job_id: int, attempt: int, worker_id: int) -> bool:
-        """Compare-and-set: make a waiting run this worker's; whether it won.
+        """Compare-and-set: make a waiting run this worker's, with a fresh beat; whether
+        it won.
 
         The guard is on the run's own row (no worker yet, still RUNNING): of two workers
         exactly one wins. A run recovered meanwhile is fenced at its first write.
@@ -96,7 +114,7 @@ class WorkersRepository:
                 runs.c.worker_id.is_(None),
                 runs.c.outcome == RunOutcome.RUNNING,
             )
-            .values(worker_id=worker_id)
+            .values(worker_id=worker_id, heartbeat_at=db_now())
             .returning(runs.c.id)
         ).first()
         return row is not None
