@@ -769,6 +769,7 @@ def test_sigstop_zombie_changes_nothing(
             texts,
             billed_once=done_before,
             max_calls=lambda t: len(final["runs"]) + extra[t],
+            woken=extra,
         )
         fenced_logged = "run fenced" in server_a.log_text(200_000)
         row.checks = checks.passed

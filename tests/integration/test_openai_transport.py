@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import ssl
 import threading
+import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -86,7 +87,7 @@ def test_a_connection_idle_too_long_is_replaced(serve: Serve) -> None:
 def test_a_refusing_send_guard_sends_nothing(
     serve: Serve, scheme: str, request: pytest.FixtureRequest
 ) -> None:
-    """The guard runs once, in the transport, before any connection is opened or used; a
+    """The guard runs first in the transport, before any connection is opened or used; a
     refusal raises CallNotSent and the server sees nothing. The next call is sent."""
     tls = request.getfixturevalue("tls_server_context") if scheme == "https" else None
     server = serve(tls)
@@ -103,7 +104,34 @@ def test_a_refusing_send_guard_sends_nothing(
     assert (server.connections, server.paths) == (0, [])
     with guarded(lambda: checks.append("passed")):
         assert client.synthesize("hi", "alloy") == AUDIO
-    assert checks == ["refused", "passed"]
+    assert checks == ["refused", "passed", "passed"]  # the adapter, then the connection
+    assert len(server.paths) == 1
+
+
+def test_the_guard_runs_again_on_the_open_connection_right_before_the_first_byte(
+    serve: Serve,
+) -> None:
+    """A process frozen between the adapter's check and the write (SIGSTOP while a
+    connection is taken or opened) wakes with its fence lost: the second check, on the
+    open connection, refuses, and the provider receives no request."""
+    server = serve()
+    client = provider(server.url)
+    seen: list[int] = []
+
+    def passes_once() -> None:
+        if seen:  # the connection is open: the server accepts it (in its own thread)
+            deadline = time.monotonic() + 5.0
+            while server.connections == 0 and time.monotonic() < deadline:
+                time.sleep(0.01)
+        seen.append(server.connections)
+        if len(seen) > 1:
+            raise CallNotSent()
+
+    with guarded(passes_once), pytest.raises(CallNotSent):
+        client.synthesize("hi", "alloy")
+    assert seen == [0, 1]  # the second check ran with the connection open
+    assert server.paths == []
+    assert client.synthesize("hi", "alloy") == AUDIO
     assert len(server.paths) == 1
 
 

@@ -50,8 +50,15 @@ class _Tracked:
         # a failure to connect is never taken for a failure to write.
         if self.sock is None:
             self.connect()
-        _progress.phase = _WRITING
         super().request(*args, **kwargs)  # type: ignore[misc]
+
+    def endheaders(self, *args: Any, **kwargs: Any) -> None:
+        # The first byte of the request leaves here. The guard runs once more, so that a
+        # process frozen after the adapter's check (taking or opening the connection,
+        # building the headers) meets its fence on waking instead of paying for a call.
+        check_send_guard()
+        _progress.phase = _WRITING
+        super().endheaders(*args, **kwargs)  # type: ignore[misc]
 
 
 class _TrackedHTTPConnection(_Tracked, HTTPConnection):
@@ -76,10 +83,10 @@ _POOLS = {"http": _TrackedHTTPPool, "https": _TrackedHTTPSPool}
 class GuardedAdapter(HTTPAdapter):
     """Runs the send guard (``base.guarded``) when requests hands a prepared request to
     its transport, after it has resolved proxies, CA bundle and auth: the last step of
-    ours before urllib3 takes a connection and writes. What remains after the check is
-    urllib3's own work (taking or opening the connection, writing the request), which
-    only the provider could fence (by refusing a stale token). Its connections (direct
-    or through an HTTP proxy) record how far each request got."""
+    ours before urllib3 takes a connection, so a refused call opens none. Its connections
+    (direct or through an HTTP proxy) run the guard again right before the request's
+    first byte is written, and record how far each request got. What remains after that
+    check is the write itself, which only the provider could fence."""
 
     def init_poolmanager(self, *args: Any, **kwargs: Any) -> None:
         super().init_poolmanager(*args, **kwargs)
