@@ -4,10 +4,11 @@ nothing wider than the screen. Screenshots go to $SPEECHBATCH_SCREENSHOT_DIR."""
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator
 
 import pytest
-from playwright.sync_api import Browser, expect
+from playwright.sync_api import Browser, Route, expect
 
 from tests.e2e.test_browser import browser as browser  # the module's Chromium fixture
 from tests.support.browser import DESKTOP, PHONE, SCREENSHOTS, assert_fits, new_tab, sign_in
@@ -23,6 +24,16 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[GunicornServer]
         yield app
 
 
+def still_counting(route: Route) -> None:
+    """The check's page as the server sent it, but saying it is still being counted."""
+    sent = route.fetch()
+    body = re.sub(r'data-status="\w+"', 'data-status="running"', sent.text())
+    body = re.sub(
+        r'(id="lexicon-impact"[^>]*>).*?(</div>)', r"\1Counting (as sent)\2", body, flags=re.S
+    )
+    route.fulfill(response=sent, body=body)
+
+
 @pytest.mark.parametrize("width", [DESKTOP, PHONE])
 def test_write_check_save_and_preview_rules_by_keyboard(
     browser: Browser, server: GunicornServer, width: int
@@ -36,8 +47,18 @@ def test_write_check_save_and_preview_rules_by_keyboard(
         page.keyboard.type(f"SQL = sequel\nDr\\. = Doctor [regex]\nkg{width} = kilograms")
         page.keyboard.press("Tab")  # the help text is not focusable: the Check button is
         expect(page.locator("button[value='check']")).to_be_focused()
+        # The count is made in the background: the check's page is shown as if it were
+        # still counting, and the page's script polls it until done, without a reload.
+        page.route("**/lexicon/check/*", still_counting)
         page.keyboard.press("Enter")
-        expect(page.locator("#lexicon-impact")).to_contain_text("0 lines in 0 jobs")
+        expect(page.locator("#lexicon-impact")).to_contain_text("Counting (as sent)")
+        page.evaluate("window.notReloaded = true")
+        page.unroute("**/lexicon/check/*")
+        expect(page.locator("#lexicon-impact")).to_contain_text(
+            "This change makes 0 lines in 0 jobs stale"
+        )
+        expect(page.locator("#lexicon-save")).to_have_text("Save: 0 lines in 0 jobs become stale")
+        assert page.evaluate("window.notReloaded") is True
         assert_fits(page)
         page.screenshot(path=str(SCREENSHOTS / f"lexicon-check-{width}.png"), full_page=True)
         page.locator("button[value='save']").focus()

@@ -21,6 +21,7 @@ from speechbatch.services import lexicon_impact
 from speechbatch.services.lexicon import stale_now
 from tests.helpers import wait_for
 from tests.integration.test_lexicon import SQL, impact
+from tests.integration.test_pages import sign_in, text_of
 from tests.integration.test_spending import other_admin
 
 SERIES = "WITH RECURSIVE g(n) AS (SELECT 1 UNION ALL SELECT n + 1 FROM g WHERE n < :n)"
@@ -218,3 +219,33 @@ def test_old_requests_are_deleted(svc: Services, admin: UserRecord) -> None:
     assert impact_pass.clean_old_impacts(svc.uow_factory, keep_seconds=0.01) == 1
     with svc.uow_factory(read_only=True) as uow:
         assert uow.impacts.impact(admin.organization_id, kept) is None
+
+
+def test_the_check_page_refreshes_itself_until_counted_and_a_save_says_what_it_made_stale(
+    svc: Services, admin: UserRecord, client: FlaskClient
+) -> None:
+    csrf = sign_in(client)
+    insert_done_items(svc, admin.organization_id, 2, 20)
+    svc.impact_passes = None  # nothing counts until this test does
+    rules = "SQL = sequel\n"
+    asked = client.post("/lexicon", data={"rules": rules, "action": "check", "csrf_token": csrf})
+    assert asked.status_code == 302
+    pending = text_of(client.get(asked.headers["Location"]))
+    assert 'http-equiv="refresh"' in pending and "Counting what this change makes stale" in pending
+    assert 'data-status="pending"' in pending and "SQL = sequel" in pending
+    impact_pass.run_due_impacts(svc.uow_factory, svc.limits.max_chars)
+    counted = text_of(client.get(asked.headers["Location"]))
+    lines, jobs, _ = direct(svc, admin, [Rule("SQL", "sequel")])
+    shown = f"{lines} lines in {jobs} jobs"
+    assert 'http-equiv="refresh"' not in counted and f"makes <strong>{shown}</strong>" in counted
+    assert f"Save: {shown} become stale" in counted
+    data = {"rules": rules, "action": "save", "csrf_token": csrf}
+    assert client.post("/lexicon", data=data).status_code == 302
+    assert f"Saved as version 1: {shown} became stale" in text_of(client.get("/lexicon"))
+    # Rules never checked: the save scans nothing and says the marks are being written.
+    data["rules"] = "plain = simple\n"
+    assert client.post("/lexicon", data=data).status_code == 302
+    page = text_of(client.get("/lexicon"))
+    assert "Saved as version 2: the lines it changes are being marked stale" in page
+    other = client.get("/lexicon/check/999999")
+    assert other.status_code == 404
