@@ -31,7 +31,14 @@ def still_counting(route: Route) -> None:
     body = re.sub(
         r'(id="lexicon-impact"[^>]*>).*?(</div>)', r"\1Counting (as sent)\2", body, flags=re.S
     )
+    body = re.sub(r'(id="lexicon-save">)[^<]*', r"\1Save the change", body)
     route.fulfill(response=sent, body=body)
+
+
+def running_once(route: Route) -> None:
+    """A poll of the count answered as if it were still running."""
+    sent = route.fetch()
+    route.fulfill(response=sent, json={**sent.json(), "status": "running", "complete": False})
 
 
 @pytest.mark.parametrize("width", [DESKTOP, PHONE])
@@ -47,13 +54,19 @@ def test_write_check_save_and_preview_rules_by_keyboard(
         page.keyboard.type(f"SQL = sequel\nDr\\. = Doctor [regex]\nkg{width} = kilograms")
         page.keyboard.press("Tab")  # the help text is not focusable: the Check button is
         expect(page.locator("button[value='check']")).to_be_focused()
-        # The count is made in the background: the check's page is shown as if it were
-        # still counting, and the page's script polls it until done, without a reload.
-        page.route("**/lexicon/check/*", still_counting)
         page.keyboard.press("Enter")
-        expect(page.locator("#lexicon-impact")).to_contain_text("Counting (as sent)")
+        # The count is made in the background: the check's page is shown again as if it
+        # were still counting, its first poll answers so too, and the page's script polls
+        # until done, without a reload.
+        expect(page).to_have_url(re.compile(r"/lexicon/check/\d+$"))
+        page.route("**/lexicon/check/*", still_counting, times=1)
+        page.route("**/api/lexicon/impact/*", running_once, times=1)
+        page.goto(page.url)
+        expect(page.locator("#lexicon-impact")).to_contain_text("Counting what this change")
+        expect(page.locator("#lexicon-impact")).to_contain_text("0 lines read")
+        expect(page.locator("#lexicon-save")).to_have_text("Save the change")
         page.evaluate("window.notReloaded = true")
-        page.unroute("**/lexicon/check/*")
+        page.screenshot(path=str(SCREENSHOTS / f"lexicon-counting-{width}.png"), full_page=True)
         expect(page.locator("#lexicon-impact")).to_contain_text(
             "This change makes 0 lines in 0 jobs stale"
         )
