@@ -50,9 +50,13 @@ export function impactCheck(root) {
     return fetch(root.dataset.apiUrl, {
       credentials: "same-origin", cache: "no-store", headers: { Accept: "application/json" },
     }).then(function (response) {
+      if (response.status === 401) window.location.reload();
+      // Gone (deleted an hour after it was asked): nothing more to poll.
+      if (response.status === 404 || response.status === 401) return null;
       if (!response.ok) throw new Error("HTTP " + response.status);
       return response.json();
     }).then(function (impact) {
+      if (!impact) return false;
       show(impact);
       return impact.status === "pending" || impact.status === "running";
     });
