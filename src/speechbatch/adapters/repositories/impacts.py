@@ -20,7 +20,7 @@ from sqlalchemy.orm import Session
 
 from speechbatch.adapters.db import ago, db_now, later
 from speechbatch.adapters.models import LexiconImpact
-from speechbatch.adapters.repositories.stale_marks import DoneItem, _done_item, _done_items
+from speechbatch.adapters.repositories.stale_marks import DoneItem, done_item_of, done_items_select
 from speechbatch.adapters.repositories.tables import items, jobs
 
 impacts = cast(Table, LexiconImpact.__table__)
@@ -164,7 +164,7 @@ class ImpactRepository:
     def count_done_items(self, organization_id: int) -> int:
         """How many DONE items with a current take the organization has (the total a
         dry run reads)."""
-        scan = _done_items().where(jobs.c.organization_id == organization_id).subquery()
+        scan = done_items_select().where(jobs.c.organization_id == organization_id).subquery()
         return int(self.session.execute(select(func.count()).select_from(scan)).scalar_one())
 
     def done_items_after(
@@ -178,12 +178,12 @@ class ImpactRepository:
             and_(items.c.job_id == after_job, items.c.position > after_position),
         )
         rows = self.session.execute(
-            _done_items()
+            done_items_select()
             .where(jobs.c.organization_id == organization_id, after)
             .order_by(items.c.job_id, items.c.position)
             .limit(limit)
         ).all()
-        return [_done_item(r) for r in rows]
+        return [done_item_of(r) for r in rows]
 
     def advance_impact(
         self, claim: ImpactClaim, progress: ImpactProgress, lease_seconds: float, finished: bool
