@@ -33,6 +33,7 @@ from speechbatch.adapters.repositories.edits import Edits
 from speechbatch.adapters.repositories.exports import Exports
 from speechbatch.adapters.repositories.feeds import Feeds
 from speechbatch.adapters.repositories.idempotency import IdempotencyKeys
+from speechbatch.adapters.repositories.impacts import Impacts
 from speechbatch.adapters.repositories.job_locks import Locks
 from speechbatch.adapters.repositories.ledger import ProviderUsage, Usage
 from speechbatch.adapters.repositories.lexicon import (
@@ -440,6 +441,7 @@ class FakeUnitOfWork:
     cast: Casts
     edits: Edits
     idempotency: IdempotencyKeys
+    impacts: Impacts
 
     def __init__(self, repo: FakeRepository) -> None:
         self.repo = repo

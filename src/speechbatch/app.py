@@ -33,6 +33,7 @@ from speechbatch.runner.deliveries import (
 )
 from speechbatch.runner.export_builder import wait_for_exports
 from speechbatch.runner.handoff import RunHandOff
+from speechbatch.runner.impact_pass import ImpactPasses
 from speechbatch.runner.lifecycle import Runner, drain_all
 from speechbatch.runner.render_builder import wait_for_renders
 from speechbatch.runner.stale_pass import StalePasses
@@ -82,11 +83,14 @@ class Services:
     listen_dsn: str | None = None
     # The thread that writes the stale marks after a lexicon change (a PUT nudges it).
     stale_passes: StalePasses | None = None
+    # The thread that counts the lexicon's dry runs (a POST of one nudges it).
+    impact_passes: ImpactPasses | None = None
 
     def dispose(self) -> None:
-        """Close the pooled connections of both engines (after the stale pass ends)."""
-        if self.stale_passes is not None:
-            self.stale_passes.wait(10.0)
+        """Close the pooled connections of both engines (after the lexicon passes end)."""
+        for passes in (self.stale_passes, self.impact_passes):
+            if passes is not None:
+                passes.wait(10.0)
         self.engine.dispose()
         if self.statement_engine is not None:
             self.statement_engine.dispose()
@@ -191,8 +195,11 @@ def build_services(settings: Settings, provider: TTSProvider | None = None) -> S
         # The listeners' own connections (LISTEN): a direct one when the database URL goes
         # through a pooler; through one they poll instead (adapters/notifications.py).
         listen_dsn = libpq_url(settings.listen_database_url or settings.database_url)
-    stale_passes = StalePasses(uow_factory, provider.max_chars)
-    runner = _make_runner(uow_factory, provider, storage, settings, listen_dsn, stale_passes)
+    passes = (
+        StalePasses(uow_factory, provider.max_chars),
+        ImpactPasses(uow_factory, provider.max_chars),
+    )
+    runner = _make_runner(uow_factory, provider, storage, settings, listen_dsn, passes)
     runner.background_work.append(webhook_senders(settings, runner))
     return Services(
         settings=settings,
@@ -205,7 +212,8 @@ def build_services(settings: Settings, provider: TTSProvider | None = None) -> S
         builders=Builders(uow_factory, storage, settings),
         statement_engine=statement_engine,
         listen_dsn=listen_dsn,
-        stale_passes=stale_passes,
+        stale_passes=passes[0],
+        impact_passes=passes[1],
     )
 
 
@@ -215,17 +223,19 @@ def _make_runner(
     storage: Storage,
     settings: Settings,
     listen_dsn: str | None,
-    stale_passes: StalePasses,
+    passes: tuple[StalePasses, ImpactPasses],
 ) -> Runner:
     """A runner of this process, whose background tick resumes interrupted jobs and
-    starts a due lexicon stale pass (a dead process's, or one a PUT left to a tick)."""
+    starts a due lexicon stale pass and the counts of waiting dry runs (a dead
+    process's, or one a request left to a tick)."""
     from speechbatch.runner.loops import resume_interrupted
 
     runner = Runner(uow_factory, provider, storage, settings, listen_dsn)
 
     def tick() -> None:
         resume_interrupted(uow_factory, runner)
-        stale_passes.nudge()
+        for lexicon_passes in passes:
+            lexicon_passes.nudge()
 
     runner.background_tick = tick
     return runner

@@ -271,10 +271,13 @@ def export(flow: Flow) -> None:
 
 
 def lexicon(flow: Flow, job_id: int) -> None:
-    """A rule counted, saved, read back and previewed; the estimate of a regenerate."""
+    """A rule counted (asked, then read until done), saved, read back and previewed; the
+    estimate of a regenerate."""
     call, m = flow.call, flow.models
     rules = m.LexiconRules(rules=[m.LexiconRule(match="Goodbye", say="Farewell")])
-    assert call("lexicon_impact", body=rules).lines == 1
+    asked = call("lexicon_impact", body=rules)
+    counted = wait_status(lambda: call("get_lexicon_impact", impact_id=asked.id), "done")
+    assert counted.lines == 1 and counted.complete and counted.total == counted.checked
     assert call("put_lexicon", body=rules).version == 1
     assert call("get_lexicon").rules[0].say == "Farewell"
     spoken = call("preview_lexicon", body=m.PreviewRequest(text=LINES[1]))

@@ -4,10 +4,11 @@ nothing wider than the screen. Screenshots go to $SPEECHBATCH_SCREENSHOT_DIR."""
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator
 
 import pytest
-from playwright.sync_api import Browser, expect
+from playwright.sync_api import Browser, Route, expect
 
 from tests.e2e.test_browser import browser as browser  # the module's Chromium fixture
 from tests.support.browser import DESKTOP, PHONE, SCREENSHOTS, assert_fits, new_tab, sign_in
@@ -21,6 +22,23 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[GunicornServer]
     """gunicorn wsgi:app on SQLite (its provider is never called here)."""
     with page_server(tmp_path_factory.mktemp("lexicon-page"), "lexicon-page") as (app, _):
         yield app
+
+
+def still_counting(route: Route) -> None:
+    """The check's page as the server sent it, but saying it is still being counted."""
+    sent = route.fetch()
+    body = re.sub(r'data-status="\w+"', 'data-status="running"', sent.text())
+    body = re.sub(
+        r'(id="lexicon-impact"[^>]*>).*?(</div>)', r"\1Counting (as sent)\2", body, flags=re.S
+    )
+    body = re.sub(r'(id="lexicon-save">)[^<]*', r"\1Save the change", body)
+    route.fulfill(response=sent, body=body)
+
+
+def running_once(route: Route) -> None:
+    """A poll of the count answered as if it were still running."""
+    sent = route.fetch()
+    route.fulfill(response=sent, json={**sent.json(), "status": "running", "complete": False})
 
 
 @pytest.mark.parametrize("width", [DESKTOP, PHONE])
@@ -37,7 +55,23 @@ def test_write_check_save_and_preview_rules_by_keyboard(
         page.keyboard.press("Tab")  # the help text is not focusable: the Check button is
         expect(page.locator("button[value='check']")).to_be_focused()
         page.keyboard.press("Enter")
-        expect(page.locator("#lexicon-impact")).to_contain_text("0 lines in 0 jobs")
+        # The count is made in the background: the check's page is shown again as if it
+        # were still counting, its first poll answers so too, and the page's script polls
+        # until done, without a reload.
+        expect(page).to_have_url(re.compile(r"/lexicon/check/\d+$"))
+        page.route("**/lexicon/check/*", still_counting, times=1)
+        page.route("**/api/lexicon/impact/*", running_once, times=1)
+        page.goto(page.url)
+        expect(page.locator("#lexicon-impact")).to_contain_text("Counting what this change")
+        expect(page.locator("#lexicon-impact")).to_contain_text("0 lines read")
+        expect(page.locator("#lexicon-save")).to_have_text("Save the change")
+        page.evaluate("window.notReloaded = true")
+        page.screenshot(path=str(SCREENSHOTS / f"lexicon-counting-{width}.png"), full_page=True)
+        expect(page.locator("#lexicon-impact")).to_contain_text(
+            "This change makes 0 lines in 0 jobs stale"
+        )
+        expect(page.locator("#lexicon-save")).to_have_text("Save: 0 lines in 0 jobs become stale")
+        assert page.evaluate("window.notReloaded") is True
         assert_fits(page)
         page.screenshot(path=str(SCREENSHOTS / f"lexicon-check-{width}.png"), full_page=True)
         page.locator("button[value='save']").focus()

@@ -26,7 +26,7 @@ from speechbatch.adapters.db import Base, Id, UTCDateTime, db_now
 # this schema.
 from speechbatch.adapters.models_documents import CastVoice, Chapter
 from speechbatch.adapters.models_keys import IdempotencyKey
-from speechbatch.adapters.models_lexicon import Lexicon, LexiconRule
+from speechbatch.adapters.models_lexicon import Lexicon, LexiconImpact, LexiconRule
 from speechbatch.adapters.models_outputs import (
     Feed,
     Render,
@@ -58,6 +58,7 @@ __all__ = [
     "ItemStatus",
     "JobStatus",
     "Lexicon",
+    "LexiconImpact",
     "LexiconRule",
     "ProviderPace",
     "ProviderSlot",

@@ -51,6 +51,7 @@ from speechbatch.adapters.repositories.edits import Edits, EditsRepository
 from speechbatch.adapters.repositories.exports import ExportRepository, Exports
 from speechbatch.adapters.repositories.feeds import FeedRepository, Feeds
 from speechbatch.adapters.repositories.idempotency import IdempotencyKeys, IdempotencyRepository
+from speechbatch.adapters.repositories.impacts import ImpactRepository, Impacts
 from speechbatch.adapters.repositories.job_locks import LockRepository, Locks
 from speechbatch.adapters.repositories.ledger import Spending, SpendingRepository
 from speechbatch.adapters.repositories.lexicon import LexiconRepository, Lexicons
@@ -102,6 +103,8 @@ class ReadUnit(Protocol):
     def cast(self) -> Casts: ...
     @property
     def lexicon(self) -> Lexicons: ...
+    @property
+    def impacts(self) -> Impacts: ...
     @property
     def idempotency(self) -> IdempotencyKeys: ...
 
@@ -201,6 +204,7 @@ class _Unit:
         self.takes = TakeReads(self.session)
         self.cast = CastReads(self.session)
         self.lexicon = LexiconRepository(self.session)
+        self.impacts = ImpactRepository(self.session)
         self.idempotency = IdempotencyRepository(self.session)
 
     def __exit__(

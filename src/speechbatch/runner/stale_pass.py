@@ -137,6 +137,9 @@ class StalePasses:
     marks are written at once, not at the next tick) and by the background tick; at
     most one at a time. A failure is logged: the lease runs out and a tick retries."""
 
+    thread_name = "speechbatch-lexicon-pass"
+    failure = "stale pass failed: the next background tick retries it"
+
     def __init__(self, uow_factory: UowFactory, max_chars: int) -> None:
         self._uow_factory = uow_factory
         self._max_chars = max_chars
@@ -150,9 +153,7 @@ class StalePasses:
             self._again.set()
             if self._thread is not None and self._thread.is_alive():
                 return
-            self._thread = threading.Thread(
-                target=self._work, name="speechbatch-lexicon-pass", daemon=True
-            )
+            self._thread = threading.Thread(target=self._work, name=self.thread_name, daemon=True)
             self._thread.start()
 
     def _work(self) -> None:
@@ -163,9 +164,13 @@ class StalePasses:
                     return
                 self._again.clear()
             try:
-                run_due_passes(self._uow_factory, self._max_chars)
+                self._run()
             except Exception:
-                log.exception("stale pass failed: the next background tick retries it")
+                log.exception(self.failure)
+
+    def _run(self) -> None:
+        """One round of this thread's work (a subclass counts impact requests instead)."""
+        run_due_passes(self._uow_factory, self._max_chars)
 
     def wait(self, timeout: float) -> None:
         """Wait for the pass thread to end (tests, a graceful stop)."""

@@ -1,7 +1,9 @@
-"""The pronunciation lexicon: read, replace, preview, and count what a change makes stale.
+"""The pronunciation lexicon: read, replace, preview, and the stale predicate.
 
 A PUT only replaces the rules and increments the version; the stale marks are written
 by the background pass that follows (``runner/stale_pass.py``), judged by ``stale_now``.
+What a change would make stale is counted in the background too
+(``services/lexicon_impact.py``, ``runner/impact_pass.py``).
 """
 
 from __future__ import annotations
@@ -9,8 +11,6 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable
-from contextlib import closing
 from typing import Any
 
 from speechbatch import errors
@@ -55,7 +55,9 @@ def compiled_lexicon(repo: Lexicons, organization_id: int, limit: int) -> Lexico
     return lexicon
 
 
-def _rules_of(body: Any) -> list[Rule]:
+def rules_of(body: Any) -> list[Rule]:
+    """The rules of a request's body, checked (422 ``invalid_rule`` or
+    ``unsupported_regex`` naming the first that cannot be used)."""
     if not isinstance(body, dict) or "rules" not in body:
         raise errors.ValidationError('give the rules: {"rules": [...]}', field="rules")
     try:
@@ -86,7 +88,7 @@ def get_lexicon(uow_factory: UowFactory, user: UserRecord) -> dict[str, Any]:
 def put_lexicon(uow_factory: UowFactory, user: UserRecord, body: Any) -> dict[str, Any]:
     """Replace the organization's rules (checked first: an invalid one changes nothing)
     and increment the version; the stale pass for it is then due."""
-    rules = _rules_of(body)
+    rules = rules_of(body)
     with uow_factory() as uow:
         uow.lexicon.replace_rules(user.organization_id, rules)
         answer = _answer(uow, user.organization_id)
@@ -166,39 +168,3 @@ def _stale(item: DoneItem, spoken: str | None) -> bool:
     if item.take_spoken_text is None:
         return item.stale
     return item.other_reason or item.take_spoken_text != spoken
-
-
-# A dry run reads every DONE line of the organization under rules nobody saved yet, so
-# nothing stored can answer it; its work in a request is bounded by the clock instead.
-IMPACT_SECONDS = 2.0
-
-
-def impact(
-    uow_factory: UowFactory,
-    user: UserRecord,
-    body: Any,
-    limit: int,
-    *,
-    budget_seconds: float = IMPACT_SECONDS,
-    clock: Callable[[], float] = time.monotonic,
-) -> dict[str, Any]:
-    """What saving these rules would make stale (a dry run, nothing is written):
-    ``{"lines": N, "jobs": M, "checked": C, "complete": bool}``, the DONE lines not stale
-    now that would be, among the ``checked`` lines read within ``budget_seconds``;
-    ``complete`` is false when time ran out first (the counts are then a lower bound)."""
-    lexicon = Lexicon.compile(_rules_of(body), limit=limit)
-    org = user.organization_id
-    jobs: set[int] = set()
-    lines = checked = 0
-    deadline = clock() + budget_seconds
-    complete = True
-    with uow_factory(read_only=True) as uow, closing(uow.lexicon.done_items(org)) as done:
-        for item in done:
-            if clock() > deadline:
-                complete = False
-                break
-            checked += 1
-            if not item.stale and stale_now(item, lexicon):
-                lines += 1
-                jobs.add(item.job_id)
-    return {"lines": lines, "jobs": len(jobs), "checked": checked, "complete": complete}

@@ -103,6 +103,8 @@ class AppServices(Protocol):
     # Writes the stale marks after a lexicon change (a PUT nudges it); None: the
     # background tick alone does.
     stale_passes: Nudge | None
+    # Counts the lexicon's dry runs (a POST of one nudges it); None: the tick alone does.
+    impact_passes: Nudge | None
 
     @property
     def limits(self) -> Limits: ...

@@ -187,12 +187,26 @@ class SpokenText(TypedDict):
     spoken_text: str
 
 
-class LexiconImpact(TypedDict):
-    """How many DONE lines in how many jobs a change would make stale, among the
-    ``checked`` lines read within the call's time; ``complete`` is false when time ran
-    out before every line was read (the counts are then a lower bound)."""
+ImpactStatus = Literal["pending", "running", "done", "failed"]
 
+
+class ImpactRequest(TypedDict):
+    """A dry run asked: it is counted in the background; read its counts at ``url``."""
+
+    id: Id
+    status: ImpactStatus
+    url: str
+
+
+class LexiconImpact(TypedDict):
+    """A dry run's counts so far: the DONE lines not stale now that the rules would make
+    stale, in how many jobs, among the ``checked`` lines read of ``total`` (null until
+    counted); ``complete`` once every line was read (``status`` ``done``)."""
+
+    id: Id
+    status: ImpactStatus
     lines: Count
     jobs: Count
     checked: Count
+    total: Count | None
     complete: bool

@@ -13,6 +13,7 @@
 import {
   applyWidths, badge, counts, el, getJSON, newProgressBar, pollLoop, progressBar, reconcile, when,
 } from "./common.js";
+import { impactCheck } from "./impact-check.js";
 import { jobPage } from "./job-page.js";
 import { newJobForm } from "./new-job.js";
 
@@ -42,6 +43,8 @@ var jobRoot = document.getElementById("job");
 if (jobRoot) jobPage(jobRoot);
 var jobsTable = document.getElementById("jobs");
 if (jobsTable) jobList(jobsTable);
+var impact = document.getElementById("lexicon-impact");
+if (impact) impactCheck(impact);
 
 // --- the job list -----------------------------------------------------------------------
 

@@ -1,6 +1,7 @@
 """The ``/lexicon`` page: the organization's pronunciation rules as text (one a line),
-"Check" (what the change would make stale, before anything is saved), "Save", and a
-preview box. Forms carry the hidden ``csrf_token`` field (checked by CSRFProtect)."""
+"Check" (what the change would make stale, before anything is saved, counted in the
+background and shown at ``/lexicon/check/<id>``), "Save", and a preview box. Forms
+carry the hidden ``csrf_token`` field (checked by CSRFProtect)."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ from flask import Blueprint, flash, redirect, render_template, request, url_for
 from speechbatch.domain.lexicon import LexiconError, Rule, lines_of, rules_from_lines
 from speechbatch.errors import ValidationError
 from speechbatch.services import lexicon as svc
+from speechbatch.services import lexicon_impact as checks
 from speechbatch.web.context import services
 from speechbatch.web.pages import PageResponse, current, login_required
 
@@ -34,34 +36,49 @@ def lexicon_page() -> PageResponse:
 @bp.post("/lexicon")
 @login_required
 def change_rules() -> PageResponse:
-    """``action=check``: show what the change would make stale; ``action=save``: save it."""
+    """``action=check``: ask what the change would make stale (counted in the background,
+    shown by ``check_page``); ``action=save``: save it."""
     text = request.form.get("rules", "")
     s = services()
     try:
         body = {"rules": rules_from_lines(text)}
-        impact = svc.impact(s.uow_factory, current(), body, s.limits.max_chars)
         if request.form.get("action") != "save":
-            return _page(rules_text=text, impact=impact, checked=True)
+            asked = checks.request_impact(s.uow_factory, current(), body, s.limits.max_chars)
+            if s.impact_passes is not None:
+                s.impact_passes.nudge()
+            return redirect(url_for("lexicon.check_page", impact_id=asked["id"]))
+        # Read before the save: a finished check of these rules counted what it makes stale.
+        checked = checks.checked_impact(s.uow_factory, current(), body)
         saved = svc.put_lexicon(s.uow_factory, current(), body)
     except (LexiconError, ValidationError) as exc:
         message = exc.message if isinstance(exc, ValidationError) else str(exc)
         return _page(422, rules_text=text, error=message)
     if s.stale_passes is not None:
         s.stale_passes.nudge()
+    if checked is None:
+        made = "the lines it changes are being marked stale"
+    else:
+        made = f"{_lines(checked)} became stale"
     flash(
-        f"Saved as version {saved['version']}: {_lines(impact)} became stale. "
+        f"Saved as version {saved['version']}: {made}. "
         "Regenerate them from each job's page when you are ready.",
         "ok",
     )
     return redirect(url_for("lexicon.lexicon_page"))
 
 
+@bp.get("/lexicon/check/<int:impact_id>")
+@login_required
+def check_page(impact_id: int) -> PageResponse:
+    """A check's rules and its counts: while they are counted the page polls them
+    (``static/impact-check.js``), or refreshes itself without JavaScript."""
+    impact, rules = checks.impact_check(services().uow_factory, current(), impact_id)
+    return _page(rules_text=lines_of(rules), impact=impact, checked=True)
+
+
 def _lines(impact: dict[str, Any]) -> str:
     lines, jobs = impact["lines"], impact["jobs"]
-    counted = f"{lines:,} line{'' if lines == 1 else 's'} in {jobs:,} job{'' if jobs == 1 else 's'}"
-    if impact.get("complete", True):
-        return counted
-    return f"at least {counted} (of the first {impact['checked']:,} lines read)"
+    return f"{lines:,} line{'' if lines == 1 else 's'} in {jobs:,} job{'' if jobs == 1 else 's'}"
 
 
 @bp.post("/lexicon/preview")
@@ -81,3 +98,10 @@ def preview() -> PageResponse:
 def stale_lines(impact: dict[str, Any]) -> str:
     """ "N lines in M jobs" for the page."""
     return _lines(impact)
+
+
+@bp.app_template_filter("lines_read")
+def lines_read(impact: dict[str, Any]) -> str:
+    """ "C of T lines read" (or "C lines read" before the total is counted)."""
+    checked, total = impact["checked"], impact["total"]
+    return f"{checked:,} lines read" if total is None else f"{checked:,} of {total:,} lines read"

@@ -188,7 +188,7 @@ class StaleMarks:
             .order_by(items.c.position)
             .limit(limit)
         ).all()
-        return [_done_item(r) for r in rows]
+        return [done_item_of(r) for r in rows]
 
     def record_spoken(self, job_id: int, version: int, rows: Sequence[SpokenRow]) -> None:
         """Write items' spoken texts under ``version`` and their stale marks (items of
@@ -250,7 +250,7 @@ class StaleMarks:
                 items.c.status == ItemStatus.DONE,
             )
         ).first()
-        return None if row is None or row.spoken_text is None else _done_item(row)
+        return None if row is None or row.spoken_text is None else done_item_of(row)
 
     def set_stale(self, job_id: int, stale: Sequence[int], fresh: Sequence[int]) -> None:
         """Mark ``stale`` items stale and ``fresh`` ones not (items of the locked job),
@@ -268,16 +268,17 @@ class StaleMarks:
             )
 
     def done_items(self, organization_id: int) -> Generator[DoneItem, None, None]:
-        """Every DONE item of the organization with a current take, streamed (a dry
-        run's count reads them in a reader); a caller that stops early closes the
+        """Every DONE item of the organization with a current take, streamed in one read
+        (a direct recomputation to check the background passes against; the dry runs
+        read them in chunks, ``impacts.py``); a caller that stops early closes the
         iterator, which closes the stream's cursor."""
         result = self.session.execute(
-            _done_items().where(jobs.c.organization_id == organization_id),
+            done_items_select().where(jobs.c.organization_id == organization_id),
             execution_options={"yield_per": 5000},
         )
         try:
             for row in result:
-                yield _done_item(row)
+                yield done_item_of(row)
         finally:
             result.close()
 
@@ -331,9 +332,10 @@ def _with_takes() -> Any:
     )
 
 
-def _done_items() -> Any:
+def done_items_select() -> Any:
     """DONE items with their current take (one join, as a scan of a whole organization
-    wants) and whether the take answered another text, voice or options."""
+    wants: its one read, or the dry runs' chunks) and whether the take answered another
+    text, voice or options."""
     return (
         select(*_COLUMNS, takes.c.spoken_text, _OTHER_REASON.label("other_reason"))
         .select_from(items)
@@ -343,7 +345,8 @@ def _done_items() -> Any:
     )
 
 
-def _done_item(row: Any) -> DoneItem:
+def done_item_of(row: Any) -> DoneItem:
+    """A row of ``done_items_select`` (or ``_with_takes``) as the stale predicate reads it."""
     return DoneItem(
         int(row.id),
         int(row.job_id),

@@ -21,6 +21,7 @@ JOB_ID = path_id("job_id", "job")
 RENDER_ID = path_id("render_id", "render")
 RENDERS = "/api/jobs/{job_id}/renders"
 WEBHOOK_ID = path_id("webhook_id", "webhook")
+LOCATION = {"Location": {"description": "Where to read it.", "schema": {"type": "string"}}}
 
 
 def _renders() -> dict[str, Any]:
@@ -288,11 +289,27 @@ def _lexicon() -> dict[str, Any]:
         "/api/lexicon/impact": {
             "post": operation(
                 "lexiconImpact",
-                "How many DONE lines in how many jobs these rules would make stale (a dry "
-                "run: nothing is saved). The lines are read for at most two seconds; "
-                "`complete` says whether every one was.",
-                {"200": answer(accounts.LexiconImpact, "The lines and jobs."), **body_errors},
+                "Ask how many DONE lines in how many jobs these rules would make stale (a "
+                "dry run: nothing is saved). It is counted in the background: read it at "
+                "`url` (also the Location header) until `complete`.",
+                {
+                    "202": answer(
+                        accounts.ImpactRequest,
+                        "The pending request.",
+                        headers=LOCATION,
+                        links={"getLexiconImpact": "impact_id"},
+                    ),
+                    **body_errors,
+                },
                 body=accounts.LexiconRules,
+            ),
+        },
+        "/api/lexicon/impact/{impact_id}": {
+            "parameters": [path_id("impact_id", "impact request")],
+            "get": operation(
+                "getLexiconImpact",
+                "A dry run's counts so far; `complete` once every line was read.",
+                {"200": answer(accounts.LexiconImpact, "The counts."), **errors(401, 404)},
             ),
         },
     }
