@@ -104,15 +104,31 @@ class TextSlots:
         self.slots[first.segment] = Slot(span, True, slot.page, slot.taken + stop)
 
     def _wrap_siblings(self, first: Point, last: Point, anchor: str) -> bool:
+        """Wrap a run of one parent's children: from a text node of the parent (or from
+        an inline element the stretch opens) to a tail (or an inline element it closes)."""
         start_slot, at = self._split(first)
         end_slot, stop = self._split(last)
-        parent = start_slot.element if not start_slot.tail else start_slot.element.getparent()
-        if not end_slot.tail or end_slot.element.getparent() is not parent:
+        closes = not end_slot.tail  # the stretch ends with an element's own text
+        if closes and (len(end_slot.element) or end_slot.value[stop + 1 :].strip()):
+            return False
+        parent = end_slot.element.getparent()
+        opens = (  # the stretch begins with an element's own text, nothing heard before it
+            not start_slot.tail
+            and start_slot.element is not parent
+            and start_slot.element.getparent() is parent
+            and not start_slot.value[:at].strip()
+        )
+        holder = (
+            start_slot.element if opens or not start_slot.tail else start_slot.element.getparent()
+        )
+        if parent is None or (holder is not parent and not opens):
             return False
         children = list(parent)
-        begin = 0 if not start_slot.tail else children.index(start_slot.element) + 1
-        finish = children.index(end_slot.element)
-        run = children[begin : finish + 1]
+        if opens:
+            begin = children.index(start_slot.element)
+        else:
+            begin = 0 if not start_slot.tail else children.index(start_slot.element) + 1
+        run = children[begin : children.index(end_slot.element) + 1]
         if any(
             local_name(e.tag) in BLOCK_TAGS
             for child in run
@@ -121,17 +137,31 @@ class TextSlots:
         ):
             return False
         span = etree.Element(f"{{{XHTML}}}span", id=anchor)
-        head = start_slot.value
-        span.text = head[at:]
-        start_slot.set(head[:at])
-        tail = end_slot.value
-        span.tail = tail[stop + 1 :]
+        if not opens:
+            head = start_slot.value
+            span.text = head[at:]
+            start_slot.set(head[:at])
+        # What follows the stretch becomes the span's tail: all of the closed element's
+        # tail, or the rest of the tail the stretch ends in.
+        tail = (end_slot.element.tail if closes else end_slot.value) or ""
+        cut = 0 if closes else stop + 1
+        span.tail = tail[cut:]
         parent.insert(begin, span)
         for child in run:
             span.append(child)  # moves it, with its tail
-        end_slot.element.tail = tail[: stop + 1]
-        self.slots[last.segment] = Slot(span, True, end_slot.page, end_slot.taken + stop + 1)
+        end_slot.element.tail = tail[:cut]
+        self._moved_tail(last.segment, end_slot, span, closes, stop)
         return True
+
+    def _moved_tail(self, segment: int, end_slot: Slot, span: Any, closes: bool, stop: int) -> None:
+        """The text after the span is now the span's tail: where its slot is found."""
+        if not closes:
+            self.slots[segment] = Slot(span, True, end_slot.page, end_slot.taken + stop + 1)
+            return
+        after = segment + 1  # an element without children: its tail's slot comes next
+        if after < len(self.slots) and self.slots[after].element is end_slot.element:
+            kept = self.slots[after]
+            self.slots[after] = Slot(span, True, kept.page, kept.taken)
 
 
 def _insert_after_slot(slot: Slot, span: Any) -> None:

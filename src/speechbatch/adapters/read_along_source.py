@@ -121,10 +121,10 @@ def _nav(
     nav.set(f"{{{book.OPS}}}type", "toc")
     etree.SubElement(nav, f"{_X}h1").text = "Contents"
     listed = etree.SubElement(nav, f"{_X}ol")
-    for chapter_title, placed in firsts:
+    for number, (chapter_title, placed) in enumerate(firsts, 1):
         href = f"{_relative(pages[placed.page].name)}#{placed.clip.anchor}"
         link = etree.SubElement(etree.SubElement(listed, f"{_X}li"), f"{_X}a", href=href)
-        link.text = chapter_title
+        link.text = chapter_title.strip() or f"Chapter {number}"  # a link must have text
     return bytes(etree.tostring(html, xml_declaration=True, encoding="utf-8"))
 
 
