@@ -11,6 +11,7 @@ non-space characters, forward from where the previous one ended. Pure string wor
 from __future__ import annotations
 
 import bisect
+from array import array
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -39,6 +40,7 @@ class TextStream:
             self.starts.append(at)
             at += len(part)
         self.text = "".join(solid)
+        self._cached: tuple[int, array[int]] = (-1, array("L"))
 
     def find(self, text: str, start: int, end: int | None = None) -> tuple[int, int] | None:
         """Where ``text`` (its non-space characters) is first found at or after ``start``
@@ -52,11 +54,14 @@ class TextStream:
     def point(self, position: int) -> Point:
         """The segment and offset of the non-space character at ``position``."""
         segment = bisect.bisect_right(self.starts, position) - 1
-        left = position - self.starts[segment]
-        for offset, char in enumerate(self._segments[segment]):
-            if char.isspace():
-                continue
-            if left == 0:
-                return Point(segment, offset)
-            left -= 1
-        raise IndexError(position)
+        return Point(segment, self._offsets(segment)[position - self.starts[segment]])
+
+    def _offsets(self, segment: int) -> array[int]:
+        """Where each non-space character of a segment is in it. Points are asked in
+        order, mostly several in one segment, so the last segment's are kept (one
+        array, not one per segment: a book's worth would be hundreds of megabytes)."""
+        if self._cached[0] != segment:
+            text = self._segments[segment]
+            offsets = array("L", (n for n, char in enumerate(text) if not char.isspace()))
+            self._cached = (segment, offsets)
+        return self._cached[1]
