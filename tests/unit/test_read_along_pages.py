@@ -4,9 +4,14 @@ wrapped synced coarser, and references the new book cannot follow dropped."""
 
 from __future__ import annotations
 
+import zipfile
+from pathlib import Path
+
+import pytest
 from lxml import etree
 
 from speechbatch.adapters.epub_spans import XHTML
+from speechbatch.adapters.read_along import write_read_along
 from speechbatch.adapters.read_along_pages import (
     BookPage,
     clean_references,
@@ -14,8 +19,9 @@ from speechbatch.adapters.read_along_pages import (
     sync_pages,
 )
 from speechbatch.domain.read_along import BookChapter, Passage
-from speechbatch.domain.renders import Cue
+from speechbatch.domain.renders import Cue, Tags
 from speechbatch.domain.text_locator import Point, TextStream
+from tests.support.epubs import build_styled_epub
 
 
 def _page(name: str, body: str) -> BookPage:
@@ -148,3 +154,30 @@ def test_a_sentence_that_opens_or_closes_with_an_inline_element_is_wrapped_whole
         '</span> <span id="speechbatch-item-1-3">Then.</span></p>'
     )
     assert len(placed) == 3
+
+
+def _chapters() -> list[BookChapter]:
+    return [BookChapter("One", [_passage(1, 0.0, "It was a bright cold day in April.")])]
+
+
+def test_a_source_that_cannot_be_read_makes_the_plain_book(tmp_path: Path) -> None:
+    audio = tmp_path / "book.mp3"
+    audio.write_bytes(b"ID3")
+    path = tmp_path / "book.epub"
+    write_read_along(path, audio, Tags("T", "T"), 1, _chapters(), source=b"not an EPUB")
+    with zipfile.ZipFile(path) as epub:
+        assert "EPUB/chapter-001.xhtml" in epub.namelist()
+
+
+def test_a_lost_lease_stops_the_book_instead_of_making_a_plain_one(tmp_path: Path) -> None:
+    class Lost(Exception):
+        pass
+
+    def renew() -> None:
+        raise Lost
+
+    audio = tmp_path / "book.mp3"
+    audio.write_bytes(b"ID3")
+    source = build_styled_epub()
+    with pytest.raises(Lost):
+        write_read_along(tmp_path / "b.epub", audio, Tags("T", "T"), 1, _chapters(), source, renew)

@@ -40,6 +40,22 @@ def book_chapters(
     ]
 
 
+class _Renewal:
+    """The render's lease renewal, remembering what it raised: a lost lease stops the
+    render, while anything else going wrong with the source only makes a plain book."""
+
+    def __init__(self, renew: Callable[[], None]) -> None:
+        self._renew = renew
+        self.failure: BaseException | None = None
+
+    def __call__(self) -> None:
+        try:
+            self._renew()
+        except BaseException as exc:
+            self.failure = exc
+            raise
+
+
 def write_read_along(
     path: Path,
     audio: Path,
@@ -64,13 +80,16 @@ def write_read_along(
         cover_type=tags.cover_type if cover_name else None,
     )
     if source is not None:
+        renewal = _Renewal(renew)
         try:
-            write_source_read_along(path, audio, info, tags.cover, chapters, source, renew)
+            write_source_read_along(path, audio, info, tags.cover, chapters, source, renewal)
             return
         except NothingFound:
             log.info("read-along render=%s: no item's text is in its EPUB; a plain book", render_id)
-        except Exception:  # an unreadable source still makes a book, a plain one
-            log.warning(
+        except Exception as exc:
+            if exc is renewal.failure:
+                raise  # the render's lease is lost: it stops, whatever book it was making
+            log.warning(  # an unreadable source still makes a book, a plain one
                 "read-along render=%s: its EPUB could not be used; a plain book",
                 render_id,
                 exc_info=True,

@@ -9,6 +9,7 @@ synced at its block element, and one whose text is not found is left unsynced.""
 from __future__ import annotations
 
 import posixpath
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import Any
 from urllib.parse import unquote, urlsplit
@@ -122,16 +123,18 @@ class PlacedClip:
     clip: Clip
 
 
-def sync_pages(pages: list[BookPage], chapters: list[BookChapter]) -> tuple[
-    list[PlacedClip], list[tuple[str, PlacedClip]]
-]:  # fmt: skip
+def sync_pages(
+    pages: list[BookPage], chapters: list[BookChapter], tick: Callable[[], None] = lambda: None
+) -> tuple[list[PlacedClip], list[tuple[str, PlacedClip]]]:
     """Find and wrap every passage in the pages, in order: the clips in document order,
-    and each chapter's title with its first clip (chapters with none are left out)."""
+    and each chapter's title with its first clip (chapters with none are left out).
+    ``tick`` is called once a chapter (the render renews its lease)."""
     slots = TextSlots([page.body for page in pages])
     placed: list[PlacedClip] = []
     firsts: list[tuple[str, PlacedClip]] = []
     cursor = 0
     for chapter in chapters:
+        tick()
         count = len(placed)
         for passage in chapter.passages:
             found = slots.stream.find(passage.cue.text, cursor)

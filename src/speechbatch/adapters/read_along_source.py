@@ -211,7 +211,10 @@ def _package_opf(made: _Book) -> bytes:
 
 
 def _made(
-    source: bytes, info: book.BookInfo, chapters: list[book.BookChapter]
+    source: bytes,
+    info: book.BookInfo,
+    chapters: list[book.BookChapter],
+    renew: Callable[[], None],
 ) -> tuple[_Book, Package]:
     """The book's pages, synced, and what it carries; NothingFound when no text is."""
     package = Package(source, ReadBudget(READ_SECONDS))
@@ -219,7 +222,8 @@ def _made(
     names = {page.name for page in pages}
     resources = _resources(package, names)
     clean_references(pages, names | {r.name for r in resources})
-    placed, firsts = sync_pages(pages, chapters)
+    renew()
+    placed, firsts = sync_pages(pages, chapters, renew)
     if not placed:
         raise NothingFound
     overlays: list[list[PlacedClip]] = [[] for _ in pages]
@@ -246,7 +250,7 @@ def write_source_read_along(
     """Write at ``path`` the EPUB of ``source`` (the imported EPUB) with ``chapters``
     synced to ``audio``; NothingFound (nothing written) when no item's text is in it,
     and whatever the source's reading raises when it cannot be read."""
-    made, package = _made(source, info, chapters)
+    made, package = _made(source, info, chapters, renew)
     base = posixpath.dirname(package.opf_path)
     inside = (lambda name: posixpath.join(base, name)) if base else (lambda name: name)
     with zipfile.ZipFile(path, "w", compression=zipfile.ZIP_DEFLATED) as epub:
