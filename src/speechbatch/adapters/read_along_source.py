@@ -252,7 +252,10 @@ def write_source_read_along(
     and whatever the source's reading raises when it cannot be read."""
     made, package = _made(source, info, chapters, renew)
     base = posixpath.dirname(package.opf_path)
-    inside = (lambda name: posixpath.join(base, name)) if base else (lambda name: name)
+
+    def inside(name: str) -> str:  # a name relative to the package file, as an entry's
+        return posixpath.normpath(posixpath.join(base, name))
+
     with zipfile.ZipFile(path, "w", compression=zipfile.ZIP_DEFLATED) as epub:
         epub.writestr(zipfile.ZipInfo("mimetype"), b"application/epub+zip", zipfile.ZIP_STORED)
         epub.writestr("META-INF/container.xml", book.container_xml(package.opf_path))
