@@ -2,7 +2,8 @@
 from their audio) rendered as an EPUB with a paragraph break in one item. Every word is a
 span with its own clip, each clip starts where the take's timing puts its word in the
 book's MP3 (moved by the paragraph pause where it comes after one), the pause between the
-paragraphs is the asked gap, and epubcheck finds nothing; on both databases."""
+paragraphs is the asked gap, and epubcheck finds nothing; on both databases. The same
+for a job imported from an EPUB: each word a span of the book's own pages."""
 
 from __future__ import annotations
 
@@ -20,12 +21,17 @@ from flask import Flask
 from speechbatch.adapters.providers.espeak import EspeakProvider
 from speechbatch.config import Settings
 from speechbatch.runner.render_builder import wait_for_renders
-from tests.conftest import app_for_tests
+from speechbatch.services import create_token
+from tests.conftest import app_for_tests, services
+from tests.helpers import new_admin
+from tests.integration.test_import_api import BOUNDARY, multipart
 from tests.integration.test_paragraph_gap import silences_in
 from tests.integration.test_read_along import SMIL, XHTML, clock, epubcheck
 from tests.integration.test_render_presets import render
 from tests.integration.test_renders import fetch
+from tests.integration.test_spending import finished
 from tests.integration.test_take_timing import done_job
+from tests.support.epubs import build_styled_epub
 from tests.support.render_audio import decode_all
 
 TEXTS = [
@@ -113,3 +119,45 @@ def _onset_after(samples: Any, rate: int, seconds: float, window: int) -> float:
             return at / rate
         at += window
     return len(samples) / rate
+
+
+def test_a_read_along_of_an_imported_epub_syncs_each_word_in_its_own_pages(
+    espeak_app: Flask, tmp_path: Path
+) -> None:
+    svc = services(espeak_app)
+    admin = new_admin(svc, "acme", "admin@acme.test")
+    auth = {"Authorization": f"Bearer {create_token(svc.uow_factory, admin.email)}"}
+    client = espeak_app.test_client()
+    body = multipart({"voice": "en-us"}, "styled.epub", build_styled_epub())
+    headers = {**auth, "Content-Type": f"multipart/form-data; boundary={BOUNDARY}"}
+    imported = client.post("/api/jobs/import", data=body, headers=headers)
+    assert imported.status_code == 201, imported.get_json()
+    job_id = imported.get_json()["id"]
+    assert client.post(f"/api/jobs/{job_id}/generate", headers=auth).status_code == 202
+    assert finished(svc, admin, job_id)["status"] == "COMPLETED"
+    done = render(client, auth, job_id, format="epub")
+    path = tmp_path / "book.epub"
+    path.write_bytes(fetch(client, done["download_url"], auth)[2])
+    epubcheck(path)
+    with zipfile.ZipFile(path) as epub:
+        page = ET.fromstring(epub.read("EPUB/one.xhtml"))
+        smil = ET.fromstring(epub.read("EPUB/speechbatch/page-1.smil"))
+    spans = {
+        e.get("id"): "".join(e.itertext())
+        for e in page.iter(f"{XHTML}span")
+        if e.get("id", "").startswith("speechbatch-")
+    }
+    # Every word of the page is a span of its own, in the book's own paragraphs, and
+    # each is synced, in order, clips never going back.
+    words = "Chapter One It was a bright cold day in April. The clocks were striking thirteen."
+    words += " Winston Smith slipped quickly through the glass doors."
+    assert list(spans.values()) == words.split()
+    emphasis = next(page.iter(f"{XHTML}em"))  # the book's own, around its word's span
+    assert [e.text for e in emphasis.iter(f"{XHTML}span")] == ["bright"]
+    pars = []
+    for par in smil.iter(f"{SMIL}par"):
+        text, audio = par.find(f"{SMIL}text"), par.find(f"{SMIL}audio")
+        assert text is not None and audio is not None
+        pars.append((text.get("src", "").rpartition("#")[2], clock(audio.get("clipBegin", ""))))
+    assert [anchor for anchor, _ in pars] == list(spans)
+    assert all(a[1] <= b[1] for a, b in itertools.pairwise(pars))

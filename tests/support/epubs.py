@@ -233,3 +233,53 @@ def build_book_epub(cover: bytes | None = None) -> bytes:
     out = io.BytesIO()
     epub.write_epub(out, book)
     return out.getvalue()
+
+
+# --- A styled book with an image: what a read-along keeps of the publisher's work ---------
+
+STYLED_CSS = ".lead { font-variant: small-caps; }\n.pic { width: 50%; }\n"
+STYLED_ONE = (
+    "<h1 class='title'>Chapter One</h1>"
+    "<p class='lead'>It was a <em>bright</em> cold day in April. The clocks were "
+    "striking thirteen.</p>"
+    "<p><img class='pic' src='images/clock.png' alt='a clock'/></p>"
+    "<p>Winston Smith slipped quickly through the glass doors.</p>"
+)
+STYLED_TWO = "<h1 class='title'>Chapter Two</h1><p class='lead'>The end came <b>quietly</b>.</p>"
+
+
+def png_bytes() -> bytes:
+    """A small PNG image."""
+    out = io.BytesIO()
+    Image.new("RGB", (8, 8), (200, 30, 30)).save(out, format="PNG")
+    return out.getvalue()
+
+
+def build_styled_epub() -> bytes:
+    """An EPUB 3 of two chapters whose pages link a style sheet and show an image."""
+    book = epub.EpubBook()
+    book.set_identifier("speechbatch-styled")
+    book.set_title("A Styled Book")
+    book.set_language("en")
+    style = epub.EpubItem(
+        uid="style", file_name="style/book.css", media_type="text/css", content=STYLED_CSS
+    )
+    book.add_item(style)
+    picture = epub.EpubImage(
+        uid="clock", file_name="images/clock.png", media_type="image/png", content=png_bytes()
+    )
+    book.add_item(picture)
+    pages = []
+    for name, title, body in (("one.xhtml", "One", STYLED_ONE), ("two.xhtml", "Two", STYLED_TWO)):
+        page = epub.EpubHtml(title=title, file_name=name, lang="en")
+        page.content = body
+        page.add_item(style)
+        book.add_item(page)
+        pages.append(page)
+    book.toc = [epub.Link(p.file_name, p.title, p.file_name) for p in pages]
+    book.add_item(epub.EpubNcx())
+    book.add_item(epub.EpubNav())
+    book.spine = ["nav", *pages]
+    out = io.BytesIO()
+    epub.write_epub(out, book)
+    return out.getvalue()

@@ -22,7 +22,7 @@ from speechbatch.adapters.document_bounds import ReadBudget
 from speechbatch.adapters.epub_package import MATTER_TYPES, Package, Page
 from speechbatch.domain.documents import Book, Section
 
-_BLOCKS = frozenset(
+BLOCK_TAGS = frozenset(
     [
         "p",
         "div",
@@ -58,7 +58,7 @@ _BLOCKS = frozenset(
     ]
 )
 _HEADINGS = frozenset(["h1", "h2", "h3", "h4", "h5", "h6"])
-_SKIPPED = frozenset(["script", "style", "img", "svg", "math", "head", "title"])
+SKIPPED_TAGS = frozenset(["script", "style", "img", "svg", "math", "head", "title"])
 _MATTER_TITLE = re.compile(
     r"(the )?(cover|title ?page|half[- ]?title|imprint|colophon|(un)?copyright( page)?|"
     r"table of contents|contents)",
@@ -92,11 +92,11 @@ class _Walk:
 
     def start(self, tag: str, attrib: dict[str, str]) -> None:
         self.budget.tick()
-        name = _local(tag)
-        if self.skipping or name in _SKIPPED:
+        name = local_name(tag)
+        if self.skipping or name in SKIPPED_TAGS:
             self.skipping += 1
             return
-        if name in _BLOCKS:
+        if name in BLOCK_TAGS:
             self.flush()
         kinds = set(attrib.get("epub:type", "").lower().split())
         if kinds & MATTER_TYPES and not self.paragraphs and not "".join(self.current).strip():
@@ -109,7 +109,7 @@ class _Walk:
     def end(self, tag: str) -> None:
         if self.skipping:
             self.skipping -= 1
-        elif _local(tag) in _BLOCKS:
+        elif local_name(tag) in BLOCK_TAGS:
             self.flush()
 
     def data(self, text: str) -> None:
@@ -120,7 +120,7 @@ class _Walk:
         self.flush()
 
 
-def _local(tag: str) -> str:
+def local_name(tag: str) -> str:
     """A tag's name without its namespace or prefix, in lower case."""
     return tag.rpartition("}")[2].rpartition(":")[2].lower()
 

@@ -20,7 +20,7 @@ import struct
 import zipfile
 from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Any
+from typing import IO, Any
 from urllib.parse import unquote
 
 from lxml import etree, html
@@ -119,6 +119,7 @@ class Package:
         if root is None:
             raise UnreadableDocument(f"{NOT_AN_EPUB}: its container names no package file")
         opf_path = unquote(root.get("full-path", ""))
+        self.opf_path = posixpath.normpath(opf_path)
         self._opf_dir = posixpath.dirname(opf_path)
         opf = self._xml(opf_path)
         self.manifest = _manifest(opf)
@@ -197,6 +198,18 @@ class Package:
         data = self._zip.read(info)
         self._budget.spend_bytes(len(data))
         return data
+
+    def resource(self, name: str) -> zipfile.ZipInfo | None:
+        """The archive entry of a manifest item's name (relative to the package file);
+        None when the archive has no such file."""
+        try:
+            return self._zip.getinfo(self._path(name))
+        except KeyError:
+            return None
+
+    def open_resource(self, entry: zipfile.ZipInfo) -> IO[bytes]:
+        """An entry's bytes as a stream (``zipfile`` stops it at its declared size)."""
+        return self._zip.open(entry)
 
     def _nav_page(self) -> tuple[str, Any] | None:
         """The EPUB 3 navigation page (its name and parsed tree), read once."""

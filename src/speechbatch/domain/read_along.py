@@ -3,17 +3,20 @@ navigation, one XHTML and one SMIL document per chapter. Built with ElementTree 
 escaped by the serializer); times are whole milliseconds, so each overlay's duration and
 the book's total add up exactly. No I/O: ``adapters/read_along.py`` zips them.
 
-Each item is a paragraph whose sentences (words, where its take is timed by word) are
-spans of their own, each synced to its clip: a clip runs from where its piece starts to
-where the next one starts (the first from the item's start, the last to its end), so
-that an item plays through without a jump, pauses included, as it did as one clip."""
+Each item is a paragraph (an item of several paragraphs, a division of them) whose
+sentences (words, where its take is timed by word) are spans of their own, each synced
+to its clip: a clip runs from where its piece starts to where the next one starts (the
+first from the item's start, the last to its end), so that an item plays through
+without a jump, pauses included, as it did as one clip."""
 
 from __future__ import annotations
 
+import bisect
 import re
 import xml.etree.ElementTree as ET
 from dataclasses import dataclass
 
+from speechbatch.domain.paragraphs import paragraphs_of
 from speechbatch.domain.renders import Cue
 
 XHTML = "http://www.w3.org/1999/xhtml"
@@ -143,22 +146,40 @@ def chapter_name(index: int, extension: str) -> str:
 
 
 def chapter_xhtml(chapter: BookChapter, language: str) -> bytes:
-    """The chapter's text: one paragraph per item, with its id; an item that is the
-    chapter's title (an imported heading) is its heading."""
+    """The chapter's text: one paragraph per item, with its id (an item of several
+    paragraphs is a division of them); an item that is the chapter's title (an
+    imported heading) is its heading."""
     html, body = _page(chapter.title, language)
     section = _sub(body, f"{{{XHTML}}}section", **{f"{{{OPS}}}type": "chapter"})
     for n, passage in enumerate(chapter.passages):
         tag = "h1" if n == 0 and passage.cue.text == chapter.title else "p"
-        if not passage.pieces:
-            _sub(section, f"{{{XHTML}}}{tag}", passage.cue.text, id=passage.anchor)
-            continue
-        block = _sub(section, f"{{{XHTML}}}{tag}", id=passage.anchor)
-        span: ET.Element | None = None
-        for clip in passage.clips():
-            if span is not None:
-                span.tail = " "
-            span = _sub(block, f"{{{XHTML}}}span", clip.text, id=clip.anchor)
+        _passage_blocks(section, passage, tag)
     return _document(html, XHTML)
+
+
+def _passage_blocks(section: ET.Element, passage: Passage, tag: str) -> None:
+    """The passage's paragraphs, its pieces' spans in the paragraph where each begins."""
+    paragraphs = paragraphs_of(passage.cue.text) or [passage.cue.text]
+    if len(paragraphs) == 1:
+        blocks = [_sub(section, f"{{{XHTML}}}{tag}", id=passage.anchor)]
+    else:
+        division = _sub(section, f"{{{XHTML}}}div", id=passage.anchor)
+        blocks = [_sub(division, f"{{{XHTML}}}p") for _ in paragraphs]
+    if not passage.pieces:
+        for block, text in zip(blocks, paragraphs, strict=True):
+            block.text = text
+        return
+    ends, at = [], 0  # where each paragraph ends, in characters other than spaces
+    for text in paragraphs:
+        at += len("".join(text.split()))
+        ends.append(at)
+    done, last, span = 0, -1, None
+    for clip in passage.clips():
+        index = min(bisect.bisect_right(ends, done), len(blocks) - 1)
+        if span is not None and index == last:
+            span.tail = " "
+        span = _sub(blocks[index], f"{{{XHTML}}}span", clip.text, id=clip.anchor)
+        done, last = done + len("".join(clip.text.split())), index
 
 
 def chapter_smil(index: int, chapter: BookChapter) -> bytes:
@@ -244,13 +265,13 @@ def package_opf(book: BookInfo, chapters: list[BookChapter]) -> bytes:
     return _document(package, OPF)
 
 
-def container_xml() -> bytes:
+def container_xml(package_path: str = "EPUB/package.opf") -> bytes:
     """META-INF/container.xml: where the package document is."""
     container = ET.Element(f"{{{CONTAINER}}}container", version="1.0")
     files = _sub(container, f"{{{CONTAINER}}}rootfiles")
     _sub(
         files, f"{{{CONTAINER}}}rootfile",
-        **{"full-path": "EPUB/package.opf", "media-type": "application/oebps-package+xml"},
+        **{"full-path": package_path, "media-type": "application/oebps-package+xml"},
     )  # fmt: skip
     return _document(container, CONTAINER)
 

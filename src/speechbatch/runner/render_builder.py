@@ -36,6 +36,7 @@ from speechbatch.adapters.audio.splice import spliced
 from speechbatch.adapters.read_along import book_chapters, write_read_along
 from speechbatch.adapters.repositories.renders import RenderFiles, RenderItem
 from speechbatch.adapters.uow import UowFactory, WriteUnit
+from speechbatch.domain.book_source import source_key
 from speechbatch.domain.captions import item_cues, item_pieces
 from speechbatch.domain.paragraphs import Splice, paragraph_splices, spliced_timing
 from speechbatch.domain.read_along import Passage, language_of
@@ -140,7 +141,7 @@ class RenderBuilder(LeasedBuilder):
                 self.lease.renew()
                 write_read_along(
                     files["audio"], workdir / "render.mp3", tags, self.task.render_id,
-                    book_chapters(chapters, passages),
+                    book_chapters(chapters, passages), self._source(), self.lease.renew,
                 )  # fmt: skip
             self._publish(files, timeline, chapters, check)
         finally:
@@ -164,6 +165,13 @@ class RenderBuilder(LeasedBuilder):
                 cover_type=book.cover_type if cover else None, language=language_of(book.voices[0]),
             )  # fmt: skip
         raise AssertionError("unreachable")
+
+    def _source(self) -> bytes | None:
+        """The EPUB the job was imported from, when it was."""
+        try:
+            return self._read(source_key(self.task.organization_id, self.task.job_id))
+        except FileNotFoundError:
+            return None
 
     def _read(self, key: str | None) -> bytes | None:
         if key is None:

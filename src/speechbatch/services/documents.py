@@ -9,9 +9,15 @@ from dataclasses import dataclass, replace
 from pathlib import PurePath
 from typing import TYPE_CHECKING, Any
 
-from speechbatch.adapters.documents import DOCUMENT_SUFFIXES, read_book, read_script
+from speechbatch.adapters.documents import (
+    DOCUMENT_SUFFIXES,
+    document_kind,
+    read_book,
+    read_script,
+)
 from speechbatch.adapters.repositories import UserRecord
 from speechbatch.adapters.uow import UowFactory
+from speechbatch.domain.book_source import source_key
 from speechbatch.domain.documents import Book, Section, SplitDocument, SplitItem, split_document
 from speechbatch.domain.limits import MAX_ITEM_CHARACTERS, MIN_ITEM_CHARACTERS
 from speechbatch.domain.scripts import split_script
@@ -160,6 +166,7 @@ class _Made:
     author: str | None
     document: dict[str, Any]
     cover: bytes | None = None
+    epub: bool = False  # its source is kept: a read-along is made of its own pages
 
 
 def import_document(
@@ -183,10 +190,11 @@ def import_document(
     ``chapters`` (indexes into the document's chapters) says which to keep; by default
     all but an EPUB's front and back matter. A blank title takes the document's own
     (else the file's name) and a blank author the EPUB's; an EPUB's cover image becomes
-    the job's cover (in ``storage``). ``format`` "script": a script, one item per line
-    with its speaker. 422 for an unsupported or malformed file, a document without text,
-    or one that would make more than 5,000 items (the message says how many). With
-    ``idempotency``, the request's key is tied to the job as it is stored."""
+    the job's cover, and the EPUB itself is kept for read-along renders (in ``storage``).
+    ``format`` "script": a script, one item per line with its speaker. 422 for an
+    unsupported or malformed file, a document without text, or one that would make more
+    than 5,000 items (the message says how many). With ``idempotency``, the request's
+    key is tied to the job as it is stored."""
     given_title = title if isinstance(title, str) and title.strip() else None
     title, voice = validate_head(given_title or _default_title(filename), voice, limits)
     max_chars = max_characters_of(max_characters, limits)
@@ -198,6 +206,7 @@ def import_document(
         if given_title is None:
             title = _own_title(book, title, voice, limits)
         made = _from_book(book, title, given_author, chapters, max_chars)
+        made = replace(made, epub=document_kind(filename, data) == "epub")
     texts = [item.text for item in made.split.items]
     with uow_factory() as uow:
         job_id = uow.jobs.create_job(
@@ -213,6 +222,8 @@ def import_document(
     log.info("imported job=%s items=%s chapters=%s", job_id, len(texts), len(made.split.chapters))
     if made.cover is not None and storage is not None:
         _store_book_cover(uow_factory, storage, user, job_id, made.cover)
+    if made.epub and storage is not None:
+        _keep_source(storage, user, job_id, data)
     return Imported(job_id, made.document)
 
 
@@ -262,6 +273,16 @@ def _checked(split: SplitDocument) -> SplitDocument:
     if any("\x00" in item.text for item in split.items):
         raise ValidationError("the document contains a NUL character", field="file")
     return split
+
+
+def _keep_source(storage: Storage, user: UserRecord, job_id: int, data: bytes) -> None:
+    """Keep the imported EPUB (already read within bounds) under the job's source key,
+    for its read-along renders; should that fail, the job is imported all the same and
+    its read-along is a plain book."""
+    try:
+        storage.write(source_key(user.organization_id, job_id), data)
+    except OSError as exc:
+        log.warning("EPUB source not kept job=%s: %s", job_id, exc)
 
 
 def _store_book_cover(

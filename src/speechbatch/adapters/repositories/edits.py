@@ -22,6 +22,7 @@ from speechbatch.adapters.repositories.cast import CastMoves
 from speechbatch.adapters.repositories.jobs import claim_update
 from speechbatch.adapters.repositories.tables import COUNTERS, items, jobs, retired_ids, runs
 from speechbatch.adapters.repositories.takes import AUDIO_COLUMNS, TakeMoves, takes
+from speechbatch.domain.book_source import source_key
 
 
 @dataclass(frozen=True)
@@ -264,7 +265,8 @@ class EditsRepository(TakeMoves, CastMoves):
 
     def delete_job(self, job_id: int) -> list[str]:
         """Delete a job (locked, not GENERATING) with its items, takes and runs; answers
-        the keys it referred to (audio, its cover) that nothing refers to any more."""
+        the keys it referred to (audio, its cover, its kept EPUB) that nothing refers
+        to any more."""
         audio: Sequence[str] = (
             self.session.execute(
                 select(items.c.audio_path)
@@ -278,10 +280,13 @@ class EditsRepository(TakeMoves, CastMoves):
             .scalars()
             .all()
         )
-        cover = self.session.execute(
-            select(jobs.c.cover_path).where(jobs.c.id == job_id)
-        ).scalar_one_or_none()
-        keys = [*audio, *([cover] if cover else [])]
+        job = self.session.execute(
+            select(jobs.c.cover_path, jobs.c.organization_id).where(jobs.c.id == job_id)
+        ).first()
+        keys = [*audio]
+        if job is not None:
+            keys += [*([job.cover_path] if job.cover_path else [])]
+            keys.append(source_key(job.organization_id, job_id))
         # Children first: SQLite enforces the cascade only with foreign keys on, and
         # the explicit order does not depend on it.
         job_items = select(items.c.id).where(items.c.job_id == job_id)

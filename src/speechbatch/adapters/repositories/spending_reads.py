@@ -6,13 +6,14 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Any, cast
+from typing import Any, TypeVar, cast
 
 from sqlalchemy import Table, and_, func, select
 from sqlalchemy.orm import Session
 
 from speechbatch.adapters.models import Export, ItemStatus, Render, Take
 from speechbatch.adapters.repositories.tables import item_voice, items, jobs
+from speechbatch.domain.book_source import job_of_source_key
 
 exports = cast(Table, Export.__table__)
 renders = cast(Table, Render.__table__)
@@ -22,7 +23,10 @@ takes = cast(Table, Take.__table__)
 _CHUNK = 500
 
 
-def _chunks(values: list[str]) -> Iterable[list[str]]:
+_T = TypeVar("_T")
+
+
+def _chunks(values: list[_T]) -> Iterable[list[_T]]:
     for start in range(0, len(values), _CHUNK):
         yield values[start : start + _CHUNK]
 
@@ -117,7 +121,8 @@ class SpendingReads:
 
     def referenced_keys(self, keys: Iterable[str]) -> set[str]:
         """Which of these storage keys an item's audio, a kept take, an export's archive,
-        a render's files or a job's cover refer to."""
+        a render's files or a job's cover refer to, or are a job's kept EPUB (its
+        source key names it, ``domain.book_source``)."""
         wanted = sorted(set(keys))
         found: set[str] = set()
         for chunk in _chunks(wanted):
@@ -143,4 +148,15 @@ class SpendingReads:
                     select(takes.c.audio_path).where(takes.c.audio_path.in_(chunk)).distinct()
                 ).scalars()
             )
-        return found
+        return found | self._live_sources(wanted)
+
+    def _live_sources(self, keys: list[str]) -> set[str]:
+        """Which of these keys are the kept EPUB of a job that still exists."""
+        named = {key: owner for key in keys if (owner := job_of_source_key(key)) is not None}
+        live: set[tuple[int, int]] = set()
+        for chunk in _chunks(sorted({job for _, job in named.values()})):
+            rows = self.session.execute(
+                select(jobs.c.organization_id, jobs.c.id).where(jobs.c.id.in_(chunk))
+            )
+            live.update((row.organization_id, row.id) for row in rows)
+        return {key for key, owner in named.items() if owner in live}
