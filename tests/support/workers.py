@@ -74,9 +74,14 @@ def is_chaos_test(item: Marked) -> bool:
 LOCK_FILE = Path(tempfile.gettempdir()) / "speechbatch-tests-postgresql.lock"
 
 
+def _gate() -> Path:
+    """The gate in front of LOCK_FILE (see ``postgresql_in_use``)."""
+    return LOCK_FILE.with_name(LOCK_FILE.name + ".gate")
+
+
 @contextlib.contextmanager
-def _flocked(operation: int) -> Iterator[None]:
-    with open(LOCK_FILE, "a+b") as file:
+def _flocked(path: Path, operation: int) -> Iterator[None]:
+    with open(path, "a+b") as file:
         fcntl.flock(file, operation)
         try:
             yield
@@ -84,12 +89,22 @@ def _flocked(operation: int) -> Iterator[None]:
             fcntl.flock(file, fcntl.LOCK_UN)
 
 
-def postgresql_in_use() -> contextlib.AbstractContextManager[None]:
-    """Held, shared, by an in-process test while it runs: the server stays up meanwhile."""
-    return _flocked(fcntl.LOCK_SH)
+@contextlib.contextmanager
+def postgresql_in_use() -> Iterator[None]:
+    """Held, shared, by an in-process test while it runs: the server stays up meanwhile.
+
+    A test first passes the gate, which a restart closes as soon as it asks: flock lets a
+    new shared lock in while an exclusive one waits, so without the gate the other
+    worker's tests, one right after another, kept a restart waiting for minutes."""
+    with _flocked(_gate(), fcntl.LOCK_SH):
+        pass
+    with _flocked(LOCK_FILE, fcntl.LOCK_SH):
+        yield
 
 
-def postgresql_stopped() -> contextlib.AbstractContextManager[None]:
-    """Held, exclusive, by a test that stops the PostgreSQL server: it waits for the tests
-    of the other workers that use it, and they wait for it."""
-    return _flocked(fcntl.LOCK_EX)
+@contextlib.contextmanager
+def postgresql_stopped() -> Iterator[None]:
+    """Held, exclusive, by a test that stops the PostgreSQL server: it closes the gate to
+    tests that have not started, waits for those that run, and they wait for it."""
+    with _flocked(_gate(), fcntl.LOCK_EX), _flocked(LOCK_FILE, fcntl.LOCK_EX):
+        yield

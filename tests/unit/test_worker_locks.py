@@ -4,6 +4,7 @@ meanwhile on the other pytest-xdist worker (tests/support/workers.py)."""
 from __future__ import annotations
 
 import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -59,6 +60,40 @@ def test_a_test_waits_while_the_server_is_stopped() -> None:
     assert used.wait(5)
     thread.join(5)
     user.join(5)
+
+
+def test_a_restart_that_waits_keeps_new_tests_from_starting() -> None:
+    """Tests that follow one another on the other worker never keep a restart waiting:
+    once it asks, a test that had not started waits behind it."""
+    started, stopped, used = threading.Event(), threading.Event(), threading.Event()
+    release = threading.Event()
+    after_restart: list[bool] = []
+
+    def running_test() -> None:
+        with workers.postgresql_in_use():
+            release.wait(5)
+
+    first = threading.Thread(target=running_test, daemon=True)
+    first.start()
+    time.sleep(0.1)
+    stopper = _stopper(started, stopped)
+    stopper.start()
+    assert started.wait(5)
+    time.sleep(0.2)  # the restart now waits for the running test
+
+    def next_test() -> None:
+        with workers.postgresql_in_use():
+            after_restart.append(stopped.is_set())
+            used.set()
+
+    second = threading.Thread(target=next_test, daemon=True)
+    second.start()
+    assert not used.wait(0.3)  # behind the restart that asked first
+    release.set()
+    assert stopped.wait(5) and used.wait(5)
+    for thread in (first, stopper, second):
+        thread.join(5)
+    assert after_restart == [True]
 
 
 class Item:
