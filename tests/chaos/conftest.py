@@ -3,7 +3,7 @@ a per-text programmable fake provider, real gunicorn servers, the seed and the s
 
 Every test of this folder gets the ``chaos`` marker. PostgreSQL is required: unreachable, the
 suite is skipped, or fails under ``CI=true``. ``CHAOS_SEED=N`` replays a randomized session;
-``CHAOS_RUNS=N`` changes the number of crash runs (default 26).
+``CHAOS_RUNS=N`` changes the number of crash runs (default 15).
 """
 
 from __future__ import annotations

@@ -79,7 +79,7 @@ from .harness import (
     worker_pid,
 )
 
-N_RUNS = env_int("CHAOS_RUNS", 26)
+N_RUNS = env_int("CHAOS_RUNS", 15)
 CRASH_RUNS_BUDGET = max(200.0, 8.0 * N_RUNS)
 # After the last run: a delivery held by a killed worker goes out again within
 # WORKER_DEAD_SECONDS; the rest is the senders' polls and retries.

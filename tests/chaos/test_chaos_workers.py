@@ -1,7 +1,7 @@
 """The chaos suite in worker mode (SPEECHBATCH_RUNNER=worker): a gunicorn web tier that
 only claims, and two ``flask --app wsgi worker`` processes that run the claims.
 
-Seeded crash runs (replay with CHAOS_SEED=N; CHAOS_WORKER_RUNS=N runs, default 16): a job
+Seeded crash runs (replay with CHAOS_SEED=N; CHAOS_WORKER_RUNS=N runs, default 8): a job
 is generated through the web tier, and at a random moment the worker running it is
 SIGKILLed (recovered, then retried) or SIGTERMed (interrupted, then resumed by the other
 worker without a click), the other worker is killed (the job runs through), or the whole
@@ -43,7 +43,7 @@ from .harness import (
 )
 from .test_chaos import MAX_RETRIES, new_tag, unique_texts
 
-N_RUNS = env_int("CHAOS_WORKER_RUNS", 16)
+N_RUNS = env_int("CHAOS_WORKER_RUNS", 8)
 KILL_JOB_WORKER = "kill-job-worker"
 TERM_JOB_WORKER = "term-job-worker"
 KILL_OTHER_WORKER = "kill-other-worker"
