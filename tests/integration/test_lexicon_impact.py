@@ -223,6 +223,24 @@ def test_a_chunk_reads_only_the_lines_after_its_cursor(svc: Services, admin: Use
     assert [(r.job_id, r.position) for r in rows] == [(last, n) for n in range(121, 201)]
 
 
+def test_chunks_read_every_line_once_whatever_the_jobs_done_counters_say(
+    svc: Services, admin: UserRecord
+) -> None:
+    org = admin.organization_id
+    insert_done_items(svc, org, 6, 30)
+    with svc.engine.begin() as conn:  # counters that under- and overcount: bounds only
+        conn.execute(text("UPDATE jobs SET items_done = CASE WHEN id % 2 = 0 THEN 0 ELSE 999 END"))
+    read: list[tuple[int, int]] = []
+    with svc.uow_factory(read_only=True) as uow:
+        every = [(i.job_id, i.position) for i in uow.impacts.done_items_after(org, 0, -1, 10**6)]
+        job, position = 0, -1
+        while chunk := uow.impacts.done_items_after(org, job, position, 16):
+            assert len(chunk) == 16 or len(read) + len(chunk) == 180  # short only at the end
+            read += [(i.job_id, i.position) for i in chunk]
+            job, position = read[-1]
+    assert read == every == sorted(every) and len(set(read)) == 180
+
+
 def test_two_claimers_never_both_win(svc: Services, admin: UserRecord) -> None:
     ask(svc, admin, [SQL])
     won: list[ImpactClaim | None] = []
