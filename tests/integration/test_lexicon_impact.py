@@ -1,16 +1,19 @@
 """The lexicon's dry runs, on SQLite and PostgreSQL: counted in the background in chunks
-(never in the request), exact against a direct computation across jobs and chunks,
-resumed from their cursor when their worker dies, claimed by one claimer at a time."""
+(never in the request), exact against a direct computation across jobs and chunks, each
+chunk a read that seeks to its cursor, resumed from their cursor when their worker dies,
+claimed by one claimer at a time."""
 
 from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Callable
 from typing import Any
 
 import pytest
 from flask.testing import FlaskClient
-from sqlalchemy import text
+from sqlalchemy import event, text
+from sqlalchemy.orm import Session
 
 from speechbatch.adapters.repositories import UserRecord
 from speechbatch.adapters.repositories.impacts import ImpactClaim, ImpactRepository
@@ -144,6 +147,98 @@ def test_a_dead_workers_request_is_resumed_from_its_cursor_with_exact_counts(
     with svc.uow_factory() as uow:  # the dead process's grant writes nothing any more
         assert not uow.impacts.advance_impact(dead, impact_pass.ImpactProgress(), 30, True)
         uow.commit()
+
+
+def work(svc: Services, read: Callable[[ImpactRepository], object]) -> tuple[int, list[str]]:
+    """What ``read`` costs the database, whatever the time, and its statements' plans: on
+    SQLite the virtual machine's steps (in hundreds), on PostgreSQL the items its
+    statements' scans examined (EXPLAIN ANALYZE: returned or filtered out, every loop)."""
+    statements: list[tuple[str, Any]] = []
+
+    def capture(conn: Any, cursor: Any, statement: str, params: Any, *rest: Any) -> None:
+        statements.append((statement, params))
+
+    with svc.engine.connect() as conn:
+        raw: Any = conn.connection.dbapi_connection
+        steps = [0]
+
+        def step() -> int:
+            steps[0] += 1
+            return 0  # go on
+
+        sqlite = conn.dialect.name == "sqlite"
+        if sqlite:
+            raw.set_progress_handler(step, 100)
+        event.listen(conn, "before_cursor_execute", capture)
+        read(ImpactRepository(Session(bind=conn)))
+        event.remove(conn, "before_cursor_execute", capture)
+        if sqlite:
+            raw.set_progress_handler(None, 100)
+            explain = "EXPLAIN QUERY PLAN "
+        else:
+            explain = "EXPLAIN (ANALYZE, FORMAT JSON) "
+        plans = [conn.exec_driver_sql(explain + s, p).all() for s, p in statements]
+    if sqlite:
+        return steps[0], [str(row[-1]) for plan in plans for row in plan]
+    nodes = [node for plan in plans for node in _nodes(plan[0][0][0]["Plan"])]
+    return sum(_examined(node) for node in nodes), [node["Node Type"] for node in nodes]
+
+
+def _nodes(node: dict[str, Any]) -> list[dict[str, Any]]:
+    return [node, *(n for child in node.get("Plans", []) for n in _nodes(child))]
+
+
+def _examined(node: dict[str, Any]) -> int:
+    """The items a plan node read (PostgreSQL prints filtered rows per loop). Only items:
+    whether the takes are probed or hashed whole is the planner's choice by their size."""
+    if node.get("Relation Name") != "items":
+        return 0
+    filtered = node.get("Rows Removed by Filter", 0) + node.get("Rows Removed by Index Recheck", 0)
+    return int((node["Actual Rows"] + filtered) * node["Actual Loops"])
+
+
+def test_a_chunk_reads_only_the_lines_after_its_cursor(svc: Services, admin: UserRecord) -> None:
+    org = admin.organization_id
+    insert_done_items(svc, org, 100, 200)
+    with svc.engine.connect() as conn:
+        newest: list[int] = list(
+            conn.execute(
+                text("SELECT id FROM jobs WHERE organization_id = :org ORDER BY id DESC LIMIT 2"),
+                {"org": org},
+            ).scalars()
+        )
+    last, before = newest
+    rows: list[Any] = []
+    tail, plans = work(svc, lambda r: rows.extend(r.done_items_after(org, before, 200, 2000)))
+    assert [(r.job_id, r.position) for r in rows] == [(last, n) for n in range(1, 201)]
+    everything: list[Any] = []
+    whole, _ = work(svc, lambda r: everything.extend(r.done_items_after(org, 0, -1, 20_000)))
+    assert len(everything) == 20_000
+    # The last job's 200 lines cost a small part of reading all 20,000: the read seeks
+    # to the cursor and stops at its limit, neither reading nor sorting the rest.
+    assert tail * 20 < whole, (tail, whole, plans)
+    assert not [p for p in plans if "TEMP B-TREE" in p], plans  # SQLite: no sort at all
+    rows.clear()  # from the middle of a job: the rest of it
+    work(svc, lambda r: rows.extend(r.done_items_after(org, last, 120, 2000)))
+    assert [(r.job_id, r.position) for r in rows] == [(last, n) for n in range(121, 201)]
+
+
+def test_chunks_read_every_line_once_whatever_the_jobs_done_counters_say(
+    svc: Services, admin: UserRecord
+) -> None:
+    org = admin.organization_id
+    insert_done_items(svc, org, 6, 30)
+    with svc.engine.begin() as conn:  # counters that under- and overcount: bounds only
+        conn.execute(text("UPDATE jobs SET items_done = CASE WHEN id % 2 = 0 THEN 0 ELSE 999 END"))
+    read: list[tuple[int, int]] = []
+    with svc.uow_factory(read_only=True) as uow:
+        every = [(i.job_id, i.position) for i in uow.impacts.done_items_after(org, 0, -1, 10**6)]
+        job, position = 0, -1
+        while chunk := uow.impacts.done_items_after(org, job, position, 16):
+            assert len(chunk) == 16 or len(read) + len(chunk) == 180  # short only at the end
+            read += [(i.job_id, i.position) for i in chunk]
+            job, position = read[-1]
+    assert read == every == sorted(every) and len(set(read)) == 180
 
 
 def test_two_claimers_never_both_win(svc: Services, admin: UserRecord) -> None:

@@ -1,6 +1,7 @@
 """The impact pass with fakes: chunks read from the cursor the last one wrote, lines and
 distinct jobs counted exactly across chunks, a turn that gives its lease back after its
-slice and goes on later, a lost grant that stops a turn, rules that cannot be used."""
+slice and goes on later, a lost grant that stops a turn, a lost claim that does not stop
+the others, rules that cannot be used."""
 
 from __future__ import annotations
 
@@ -159,3 +160,31 @@ def test_rules_that_cannot_be_used_end_the_request_failed() -> None:
     impacts, factory = setup(ITEMS, '[{"match": "(", "say": "x", "regex": true}]')
     assert impact_pass.run_due_impacts(factory, 4096) == 1
     assert impacts.status == FAILED and impacts.reads == []
+
+
+def test_a_claim_lost_to_another_process_goes_on_to_the_next_request(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    impacts, factory = setup(ITEMS, canonical(RULES))
+    claim, tries = impacts.claim_impact, [0]
+
+    def lost_once(lease_seconds: float) -> ImpactClaim | None:
+        tries[0] += 1  # the first was won by another process after it looked due
+        return None if tries[0] == 1 else claim(lease_seconds)
+
+    monkeypatch.setattr(impacts, "claim_impact", lost_once)
+    assert impact_pass.run_due_impacts(factory, 4096) == 1
+    assert impacts.status == DONE and tries == [2]
+
+
+def test_claims_always_lost_stop_after_the_most_turns(monkeypatch: pytest.MonkeyPatch) -> None:
+    impacts, factory = setup(ITEMS, canonical(RULES))
+    tries = [0]
+
+    def lost(lease_seconds: float) -> ImpactClaim | None:
+        tries[0] += 1
+        return None
+
+    monkeypatch.setattr(impacts, "claim_impact", lost)
+    assert impact_pass.run_due_impacts(factory, 4096, most=5) == 0
+    assert tries == [5] and impacts.status == PENDING

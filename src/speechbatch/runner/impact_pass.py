@@ -122,8 +122,8 @@ def run_due_impacts(uow_factory: UowFactory, max_chars: int, most: int = 100) ->
         with uow_factory() as uow:
             claim = uow.impacts.claim_impact(IMPACT_LEASE_SECONDS)
             uow.commit()
-        if claim is None:
-            break
+        if claim is None:  # another process won this one: others may still wait
+            continue
         outcome = Outcome.LOST
         try:
             outcome = impact_pass(uow_factory, claim, max_chars, time.monotonic() + SLICE_SECONDS)

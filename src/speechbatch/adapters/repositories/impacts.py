@@ -172,18 +172,56 @@ class ImpactRepository:
     ) -> list[DoneItem]:
         """Up to ``limit`` of the organization's DONE items after the cursor, in (job,
         position) order: a job's items are contiguous, so distinct jobs count exactly
-        across chunks."""
-        after = or_(
-            items.c.job_id > after_job,
-            and_(items.c.job_id == after_job, items.c.position > after_position),
+        across chunks. Fewer only when no more are left.
+
+        Each read seeks and is bounded, on both databases: the rest of the cursor's job
+        (its items after the position), then the next jobs by the index on
+        (organization, id), only as many as their DONE counters say fill the chunk (a
+        counter that is wrong costs another round, never a line). One query with ``job >
+        a OR (job = a AND position > b)`` could use neither index, and read and sort
+        every DONE item left in the organization for each chunk."""
+        own = jobs.c.organization_id == organization_id
+        found: list[Any] = list(
+            self.session.execute(
+                done_items_select()
+                .where(own, items.c.job_id == after_job, items.c.position > after_position)
+                .order_by(items.c.position)
+                .limit(limit)
+            ).all()
         )
-        rows = self.session.execute(
-            done_items_select()
-            .where(jobs.c.organization_id == organization_id, after)
-            .order_by(items.c.job_id, items.c.position)
-            .limit(limit)
+        job = after_job
+        while len(found) < limit:
+            need = limit - len(found)
+            upper = self._jobs_holding(organization_id, job, need)
+            if upper is None:
+                break
+            found.extend(
+                self.session.execute(
+                    done_items_select()
+                    .where(own, jobs.c.id > job, jobs.c.id <= upper)
+                    .order_by(jobs.c.id, items.c.position)
+                    .limit(need)
+                ).all()
+            )
+            job = upper  # every item up to this job's last is read, or the chunk is full
+        return [done_item_of(r) for r in found]
+
+    def _jobs_holding(self, organization_id: int, after_job: int, need: int) -> int | None:
+        """The last of the organization's next jobs after ``after_job`` (at most ``need``
+        of them) that together hold ``need`` DONE items by their counters (None: no job
+        is left): the bound of one read, which then sorts no more than it needs."""
+        rows: Sequence[Any] = self.session.execute(
+            select(jobs.c.id, jobs.c.items_done)
+            .where(jobs.c.organization_id == organization_id, jobs.c.id > after_job)
+            .order_by(jobs.c.id)
+            .limit(need)
         ).all()
-        return [done_item_of(r) for r in rows]
+        held = 0
+        for job_id, done in rows:
+            held += int(done)
+            if held >= need:
+                return int(job_id)
+        return int(rows[-1][0]) if rows else None
 
     def advance_impact(
         self, claim: ImpactClaim, progress: ImpactProgress, lease_seconds: float, finished: bool
