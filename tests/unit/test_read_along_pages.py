@@ -4,6 +4,8 @@ wrapped synced coarser, and references the new book cannot follow dropped."""
 
 from __future__ import annotations
 
+import time
+import xml.etree.ElementTree as ET
 import zipfile
 from pathlib import Path
 
@@ -13,6 +15,7 @@ from lxml import etree
 from speechbatch.adapters.epub_spans import XHTML
 from speechbatch.adapters.read_along import write_read_along
 from speechbatch.adapters.read_along_pages import (
+    MAX_MISSES,
     BookPage,
     clean_references,
     parse_page,
@@ -181,3 +184,84 @@ def test_a_lost_lease_stops_the_book_instead_of_making_a_plain_one(tmp_path: Pat
     source = build_styled_epub()
     with pytest.raises(Lost):
         write_read_along(tmp_path / "b.epub", audio, Tags("T", "T"), 1, _chapters(), source, renew)
+
+
+XHTML_11 = (
+    '<?xml version="1.0" encoding="utf-8"?>\n<!DOCTYPE html PUBLIC "-//W3C//DTD XHTML 1.1//EN" '
+    '"http://www.w3.org/TR/xhtml11/DTD/xhtml11.dtd">\n'
+)
+
+
+def test_named_entities_of_an_epub_2_page_become_their_characters() -> None:
+    # The DTD is not loaded, so the parser keeps ``&nbsp;`` as an entity reference; the
+    # page is written without its DOCTYPE, where a reference left would not be XML.
+    page = parse_page(
+        "one.xhtml",
+        (
+            f"{XHTML_11}<html xmlns='{XHTML}'><head><title>t</title></head><body>"
+            "<p>One&nbsp;two &amp; three&#160;four.</p>"
+            "<p>&hellip;So <b>it</b>&eacute;t&eacute;&notanentity; went&rarr;.</p>"
+            "</body></html>"
+        ).encode(),
+        "title",
+    )
+    written = etree.tostring(page.root, xml_declaration=True, encoding="utf-8")
+    strict = ET.fromstring(written)  # the standard library's parser: no recovery
+    texts = ["".join(p.itertext()) for p in strict.iter(f"{{{XHTML}}}p")]
+    assert texts == ["One\u00a0two & three\u00a0four.", "\u2026So it\u00e9t\u00e9 went\u2192."]
+    placed, _ = sync_pages([page], [BookChapter("One", [_passage(1, 0.0, "One two & three")])])
+    assert [p.clip.anchor for p in placed] == ["speechbatch-item-1-1"]
+
+
+def test_an_entity_the_page_declares_itself_is_dropped_not_resolved() -> None:
+    page = parse_page(
+        "one.xhtml",
+        (
+            '<!DOCTYPE html [<!ENTITY a "zzz"><!ENTITY x SYSTEM "file:///etc/passwd">]>'
+            f"<html xmlns='{XHTML}'><head><title>t</title></head>"
+            "<body><p>x &a; y &x; z</p></body></html>"
+        ).encode(),
+        "title",
+    )
+    strict = ET.fromstring(etree.tostring(page.root))
+    assert ["".join(p.itertext()) for p in strict.iter(f"{{{XHTML}}}p")] == ["x  y  z"]
+
+
+def _sync_seconds(sentences: int) -> float:
+    """Seconds to sync a page of one paragraph whose every sentence crosses an <i>."""
+    body = "<p>" + "".join(f"<i>w{k}</i>x. " for k in range(sentences)) + "</p>"
+    page = _page("one.xhtml", body)
+    passages = [
+        _passage(n + 1, float(start), *(f"w{k}x." for k in range(start, start + 400)))
+        for n, start in enumerate(range(0, sentences, 400))
+    ]
+    began = time.perf_counter()
+    placed, _ = sync_pages([page], [BookChapter("One", passages)])
+    seconds = time.perf_counter() - began
+    assert len(placed) == sentences
+    spans = page.body.findall(f"{{{XHTML}}}p/{{{XHTML}}}span")
+    assert len(spans) == sentences and spans[-1].find(f"{{{XHTML}}}i").text == f"w{sentences - 1}"
+    return seconds
+
+
+def test_wrapping_many_sentences_around_inline_elements_of_one_paragraph_is_linear() -> None:
+    small, large = _sync_seconds(4_000), _sync_seconds(8_000)
+    assert large < 5.0, (small, large)
+    assert large < 3 * small + 0.5, (small, large)  # twice the sentences, not four times
+
+
+def test_after_many_passages_in_a_row_are_not_found_the_rest_are_not_sought() -> None:
+    def chapters(missing: int) -> list[BookChapter]:
+        edited = [_passage(2 + n, 1.0 + n, f"Edited away {n}.") for n in range(missing)]
+        found = [_passage(1, 0.0, "Alpha."), *edited]
+        return [BookChapter("One", found), BookChapter("Two", [_passage(99, 99.0, "Gamma.")])]
+
+    ticks: list[int] = []
+    pages = [_page("one.xhtml", "<p>Alpha.</p>"), _page("two.xhtml", "<p>Gamma.</p>")]
+    placed, _ = sync_pages(pages, chapters(MAX_MISSES - 1), lambda: ticks.append(1))
+    assert [p.clip.anchor for p in placed][-1] == "speechbatch-item-99-1"
+    assert len(ticks) == MAX_MISSES + 1  # the lease is renewed passage by passage
+    pages = [_page("one.xhtml", "<p>Alpha.</p>"), _page("two.xhtml", "<p>Gamma.</p>")]
+    placed, firsts = sync_pages(pages, chapters(MAX_MISSES))
+    assert [p.clip.anchor for p in placed] == ["speechbatch-item-1-1"]
+    assert [title for title, _ in firsts] == ["One"]

@@ -123,13 +123,12 @@ class TextSlots:
         )
         if parent is None or (holder is not parent and not opens):
             return False
-        children = list(parent)
         if opens:
-            begin = children.index(start_slot.element)
+            first = start_slot.element
         else:
-            begin = 0 if not start_slot.tail else children.index(start_slot.element) + 1
-        run = children[begin : children.index(end_slot.element) + 1]
-        if any(
+            first = start_slot.element.getnext() if start_slot.tail else parent[0]
+        run = _run(first, end_slot.element)
+        if not run or any(
             local_name(e.tag) in BLOCK_TAGS
             for child in run
             for e in child.iter()
@@ -146,7 +145,7 @@ class TextSlots:
         tail = (end_slot.element.tail if closes else end_slot.value) or ""
         cut = 0 if closes else stop + 1
         span.tail = tail[cut:]
-        parent.insert(begin, span)
+        run[0].addprevious(span)  # the span takes its own tail along
         for child in run:
             span.append(child)  # moves it, with its tail
         end_slot.element.tail = tail[:cut]
@@ -162,6 +161,20 @@ class TextSlots:
         if after < len(self.slots) and self.slots[after].element is end_slot.element:
             kept = self.slots[after]
             self.slots[after] = Slot(span, True, kept.page, kept.taken)
+
+
+def _run(first: Any, last: Any) -> list[Any]:
+    """The siblings from ``first`` to ``last``, both in; empty when ``last`` does not
+    follow. Only the run is walked: a paragraph of many inline elements, wrapped a
+    sentence at a time, costs its length, not its length squared."""
+    run = []
+    element = first
+    while element is not None:
+        run.append(element)
+        if element is last:
+            return run
+        element = element.getnext()
+    return []
 
 
 def _insert_after_slot(slot: Slot, span: Any) -> None:

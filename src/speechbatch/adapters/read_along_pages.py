@@ -1,5 +1,6 @@
 """An imported EPUB's own pages, made ready to be a read-along's: parsed (lxml, no
-entities, no network), their scripts taken out, and every reference to a file the new
+entities resolved, no DTD, no network; a reference to one of HTML's named characters
+becomes that character), their scripts taken out, and every reference to a file the new
 book does not carry (or to an id its page lacks) dropped, so the book stays valid:
 a link keeps its text and loses its ``href``, an image or a stylesheet link goes.
 Then each item's sentences (words where timed) are found in the pages' text and
@@ -11,6 +12,7 @@ from __future__ import annotations
 import posixpath
 from collections.abc import Callable
 from dataclasses import dataclass, replace
+from html.entities import html5, name2codepoint
 from typing import Any
 from urllib.parse import unquote, urlsplit
 
@@ -25,6 +27,7 @@ _PARSER = etree.XMLParser(
 )
 _REFERENCES = ("href", "src", "{http://www.w3.org/1999/xlink}href", "poster")
 ANCHOR_PREFIX = "speechbatch-"  # our span ids, apart from the book's own
+MAX_MISSES = 20  # passages in a row not found in the book before the rest are not sought
 
 
 @dataclass
@@ -42,15 +45,39 @@ class BookPage:
         return found
 
 
+def _replace_entities(root: Any) -> None:
+    """Put each entity reference the parser left (``&nbsp;`` of a page whose DTD it does
+    not load) as its HTML character, in its place among the texts; drop one HTML does
+    not name. The page is written without its DOCTYPE, so a reference left would make
+    it not well-formed."""
+    for entity in list(root.iter(etree.Entity)):
+        parent = entity.getparent()
+        if parent is None:
+            continue
+        name = entity.name
+        if name in name2codepoint:
+            character = chr(name2codepoint[name])
+        else:
+            character = html5.get(f"{name};", "")
+        text = character + (entity.tail or "")
+        before = entity.getprevious()
+        if before is not None:
+            before.tail = (before.tail or "") + text
+        else:
+            parent.text = (parent.text or "") + text
+        parent.remove(entity)  # its tail goes with it: it was copied above
+
+
 def parse_page(name: str, data: bytes, title: str) -> BookPage:
-    """A page's tree; a page that is not XHTML becomes an empty one (its text, unfound,
-    is left unsynced) rather than failing the render."""
+    """A page's tree, entity references replaced; a page that is not XHTML becomes an
+    empty one (its text, unfound, is left unsynced) rather than failing the render."""
     try:
         root = etree.fromstring(data, _PARSER)
     except etree.XMLSyntaxError:
         root = None
     if root is None or root.tag != f"{{{XHTML}}}html":
         root = etree.Element(f"{{{XHTML}}}html", nsmap={None: XHTML})
+    _replace_entities(root)
     head = root.find(f"{{{XHTML}}}head")
     if head is None:
         head = etree.Element(f"{{{XHTML}}}head")
@@ -128,19 +155,25 @@ def sync_pages(
 ) -> tuple[list[PlacedClip], list[tuple[str, PlacedClip]]]:
     """Find and wrap every passage in the pages, in order: the clips in document order,
     and each chapter's title with its first clip (chapters with none are left out).
-    ``tick`` is called once a chapter (the render renews its lease)."""
+    ``tick`` is called before each passage (the render renews its lease, which it does
+    only when a third of it has passed). Once MAX_MISSES passages in a row are not
+    found, the rest are left unsynced: each miss searched to the end of the book, and a
+    job edited beyond its book must not cost its items times the book's length."""
     slots = TextSlots([page.body for page in pages])
     placed: list[PlacedClip] = []
     firsts: list[tuple[str, PlacedClip]] = []
-    cursor = 0
+    cursor = misses = 0
     for chapter in chapters:
-        tick()
         count = len(placed)
         for passage in chapter.passages:
+            if misses >= MAX_MISSES:
+                break
+            tick()
             found = slots.stream.find(passage.cue.text, cursor)
             if found is None:
+                misses += 1
                 continue
-            cursor = found[1]
+            cursor, misses = found[1], 0
             placed.extend(_sync_passage(slots, passage, *found))
         if len(placed) > count:
             firsts.append((chapter.title, placed[count]))

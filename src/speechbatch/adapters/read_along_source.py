@@ -6,11 +6,17 @@ the import read) are copied with spans around each item's sentences or words
 render's MP3. What the new book adds (its navigation, overlays, audio, the active
 class's style, the job's cover when the book has none) lives in a folder of its own
 beside the package file, so the book's own relative links keep working. The package is
-new: a new identifier, the job's title and author, the voice's language."""
+new: a new identifier, the job's title and author, the voice's language.
+
+Every name the new archive holds is checked once (``_Entries``): inside the archive, not
+the mimetype, not under ``META-INF/`` nor the new book's own folder, and given once, case
+aside. A resource whose name fails is left out; a page or a package file whose name
+fails makes the plain book (``UnsafeName``), as an unreadable source does."""
 
 from __future__ import annotations
 
 import posixpath
+import re
 import shutil
 import zipfile
 from collections.abc import Callable
@@ -43,6 +49,9 @@ _SVG = "{http://www.w3.org/2000/svg}svg"
 _MATH = "{http://www.w3.org/1998/Math/MathML}math"
 _OPF, _DC, _SMIL = f"{{{book.OPF}}}", f"{{{book.DC}}}", f"{{{book.SMIL}}}"
 _X = f"{{{book.XHTML}}}"
+# Characters OCF forbids in a file name that a ZIP entry would still carry (a NUL would
+# even cut the name short, so that two names became one).
+_FORBIDDEN = re.compile(r"[\x00-\x1f\x7f\\]")
 
 
 @dataclass(frozen=True)
@@ -59,21 +68,78 @@ class NothingFound(Exception):
     """None of the items' text is in the book's pages (a job edited beyond them)."""
 
 
-def _resources(package: Package, pages: set[str]) -> list[Resource]:
-    found: dict[str, Resource] = {}
+class UnsafeName(Exception):
+    """A page's or the package file's name cannot be an entry of the new archive (it
+    climbs out of it, or takes a name the new book writes itself)."""
+
+
+def _holdable(path: str) -> bool:
+    """Whether a normalized archive path can name an entry: relative, inside the archive,
+    a file's, neither the mimetype nor under META-INF/ (the new book writes those)."""
+    folded = path.casefold()
+    parts = folded.split("/")
+    return not (
+        folded.startswith("/")
+        or ".." in parts
+        or folded in ("", ".", "mimetype")
+        or parts[0] == "meta-inf"
+        or _FORBIDDEN.search(path)
+    )
+
+
+class _Entries:
+    """The new archive's entry names: each one checked, and each given once (case aside,
+    as OCF asks), so that no entry of the book overwrites another or one of ours."""
+
+    def __init__(self, opf_path: str) -> None:
+        if not _holdable(opf_path):
+            raise UnsafeName(f"the package file's name {opf_path[:100]!r} is not an entry's")
+        self.base = posixpath.dirname(opf_path)
+        self._own = self.path(OWN).casefold()
+        self._taken = {opf_path.casefold()}
+
+    def path(self, name: str) -> str:
+        """The archive path of a name relative to the package file."""
+        return posixpath.normpath(posixpath.join(self.base, name))
+
+    def claim(self, name: str) -> bool:
+        """Whether ``name`` (relative to the package file) can be an entry of its own:
+        holdable, outside the new book's own folder, not taken; if so it is now taken."""
+        path = self.path(name)
+        folded = path.casefold()
+        if (
+            not _holdable(path)
+            or folded in self._taken
+            or folded == self._own
+            or folded.startswith(f"{self._own}/")
+        ):
+            return False
+        self._taken.add(folded)
+        return True
+
+
+def _resources(package: Package, entries: _Entries) -> list[Resource]:
+    """The images, styles and fonts carried: those of a holdable name not yet taken."""
+    found: list[Resource] = []
     for href, media_type, properties in package.manifest.values():
         name = posixpath.normpath(href)
+        if media_type not in CARRIED_TYPES:
+            continue
         entry = package.resource(href)
-        if media_type in CARRIED_TYPES and entry is not None and name not in pages:
-            found.setdefault(name, Resource(name, media_type, "cover-image" in properties, entry))
-    return list(found.values())
+        if entry is not None and entries.claim(name):
+            found.append(Resource(name, media_type, "cover-image" in properties, entry))
+    return found
 
 
-def _pages(package: Package, title: str) -> list[BookPage]:
+def _pages(package: Package, title: str, entries: _Entries) -> list[BookPage]:
+    """The spine's pages, each once; UnsafeName when one's name cannot be an entry."""
     pages: dict[str, BookPage] = {}
     for page in package.pages():
-        if page.name not in pages:
-            pages[page.name] = parse_page(page.name, b"".join(package.read_page(page)), title)
+        if page.name in pages:
+            continue
+        if not entries.claim(page.name):
+            raise UnsafeName(f"the page's name {page.name[:100]!r} is not an entry's")
+        pages[page.name] = parse_page(page.name, b"".join(package.read_page(page)), title)
     return list(pages.values())
 
 
@@ -218,9 +284,10 @@ def _made(
 ) -> tuple[_Book, Package]:
     """The book's pages, synced, and what it carries; NothingFound when no text is."""
     package = Package(source, ReadBudget(READ_SECONDS))
-    pages = _pages(package, info.title)
+    entries = _Entries(package.opf_path)
+    pages = _pages(package, info.title, entries)
     names = {page.name for page in pages}
-    resources = _resources(package, names)
+    resources = _resources(package, entries)
     clean_references(pages, names | {r.name for r in resources})
     renew()
     placed, firsts = sync_pages(pages, chapters, renew)
@@ -249,7 +316,8 @@ def write_source_read_along(
 ) -> None:
     """Write at ``path`` the EPUB of ``source`` (the imported EPUB) with ``chapters``
     synced to ``audio``; NothingFound (nothing written) when no item's text is in it,
-    and whatever the source's reading raises when it cannot be read."""
+    UnsafeName when a page's name cannot be an entry, and whatever the source's reading
+    raises when it cannot be read."""
     made, package = _made(source, info, chapters, renew)
     base = posixpath.dirname(package.opf_path)
 
