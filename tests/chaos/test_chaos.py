@@ -357,6 +357,13 @@ def one_crash_run(ctx: CrashContext, index: int, kind: str) -> None:
 
     bystander = kind == KILL_OTHER_WORKER
     budget = SERVER_KILL_RECOVERY_BUDGET if kind == KILL_SERVER else WORKER_KILL_RECOVERY_BUDGET
+    if kind == KILL_ALL_WORKERS:
+        # No process is left to notice the dead run until the master's respawn has loaded
+        # the app, which takes as long as the machine's load makes it: the budget counts
+        # from whichever comes later, the run's dead time or that respawn.
+        ctx.server.wait_for_workers(exclude=set(killed), timeout=30)
+        respawn = time.monotonic() - t_kill
+        budget += max(0.0, respawn - WORKER_DEAD_SECONDS)
     settled = obs.settled(
         job_id, SETTLE_TIMEOUT if bystander else budget - (time.monotonic() - t_kill), "recovery"
     )

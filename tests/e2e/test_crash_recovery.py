@@ -50,7 +50,8 @@ ApiFor = Callable[[GunicornServer], ApiClient]
 
 N_ITEMS = 12
 SERVER_KILL_RECOVERY_BUDGET = WORKER_DEAD_SECONDS + 10.0  # includes booting a new server
-WORKER_KILL_RECOVERY_BUDGET = WORKER_DEAD_SECONDS + 5.0  # includes the master's respawn
+RECOVERY_SLACK = 5.0  # after the run's dead time, for a process to notice and end it
+RESPAWN_TIMEOUT = 30.0  # a respawned worker loading the app on a loaded machine
 # A server frozen inside one of its short transactions holds the job's row until
 # PostgreSQL ends that session (idle_in_transaction_session_timeout, 10 s); reads meanwhile
 # answer the state as it is (lock_timeout 2 s) and a later read recovers (as in the chaos
@@ -299,16 +300,20 @@ def test_sigkill_only_worker_is_recovered(
     t_kill = time.monotonic()
     killed = set(server.kill_workers(signal.SIGKILL))
     assert killed, "no worker to kill"
-    new_workers = server.wait_for_workers(exclude=killed, timeout=WORKER_KILL_RECOVERY_BUDGET)
+    # The respawn is gunicorn's and the app's boot, as long as the machine's load makes it
+    # (over 5 s on a busy CI); the recovery is ours: once a process exists again, within
+    # the budget of the run's own dead time.
+    new_workers = server.wait_for_workers(exclude=killed, timeout=RESPAWN_TIMEOUT)
     t_respawn = time.monotonic() - t_kill
     assert server.alive, "the master died with its workers"
     calls_at_kill = fake_provider.total_calls()
 
-    remaining = max(1.0, WORKER_KILL_RECOVERY_BUDGET - (time.monotonic() - t_kill))
+    budget = max(WORKER_DEAD_SECONDS, t_respawn) + RECOVERY_SLACK
+    remaining = max(1.0, budget - (time.monotonic() - t_kill))
     recovered = wait_settled(api, job_id, remaining, "auto-recovery after a worker kill")
     t_recovered = time.monotonic() - t_kill
     assert_recovered(recovered, attempt=1)
-    assert t_recovered <= WORKER_KILL_RECOVERY_BUDGET
+    assert t_recovered <= budget, (t_recovered, t_respawn)
     assert done_before <= done_texts(recovered), "DONE items were lost by the crash"
 
     final = retry_to_completion(api, job_id, previous_attempt=1)
