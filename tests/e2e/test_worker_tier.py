@@ -24,7 +24,7 @@ from tests.support.server import (
     Job,
     wait_until,
 )
-from tests.support.worker_process import WorkerProcess
+from tests.support.worker_process import WorkerProcess, backends_alive
 
 from .conftest import Metric, ServerFactory, WorkerFactory
 from .test_crash_recovery import (
@@ -52,6 +52,8 @@ WORKER_KILL_RECOVERY_BUDGET = WORKER_DEAD_SECONDS + 5.0
 # polls every second), and freezing a process outside SQLite's write lock needs the retries
 # of GunicornServer.freeze. The other tests run on both databases (``db_kind``).
 POSTGRESQL_ONLY = pytest.mark.parametrize("db_kind", ["postgresql"])
+# The app's idle_in_transaction_session_timeout (adapters/postgres.py).
+IDLE_IN_TRANSACTION_SECONDS = 10.0
 
 
 def _web(spawn_server: ServerFactory, **env: str) -> GunicornServer:
@@ -237,17 +239,28 @@ def test_a_frozen_worker_is_fenced_when_it_wakes(
     run = _mid_run(spawn_server, spawn_worker, api_for, "sigstop-worker-tier")
     api, job_id, texts, victim, survivor = run.api, run.job_id, run.texts, run.victim, run.survivor
     t_stop = time.monotonic()
-    victim.freeze()
+    # Frozen inside an item's transaction: PostgreSQL ends that session while the worker
+    # sleeps, and the zombie's lane meets an ended session on waking, not a fence.
+    ended = victim.freeze_inside_an_item_transaction()
     done_before = done_texts(api.get_job(job_id))
     recovered = wait_settled(api, job_id, FROZEN_RECOVERY_BUDGET, "recovery of a frozen worker")
     t_recovered = time.monotonic() - t_stop
     assert_recovered(recovered, attempt=1)
     final = retry_to_completion(api, job_id, previous_attempt=1)
     assert survivor.took(job_id)
+    database_url = victim.env["SPEECHBATCH_DATABASE_URL"]
+    wait_until(
+        lambda: not backends_alive(database_url, ended),
+        IDLE_IN_TRANSACTION_SECONDS + 10,
+        what="PostgreSQL ended the frozen worker's session",
+    )
     calls_before_cont = fake_provider.total_calls()
     victim.kill(signal.SIGCONT)
     fenced_line = f"run fenced: declared dead or superseded, stopped job={job_id} attempt=1"
-    wait_until(lambda: fenced_line in victim.log_text(), 20, what="the zombie's run fenced")
+    try:
+        wait_until(lambda: fenced_line in victim.log_text(), 20, what="the zombie's run fenced")
+    except AssertionError as exc:
+        raise AssertionError(f"{exc}; the zombie's log:\n{victim.log_text(6000)}") from None
     wait_until(lambda: fake_provider.in_flight() == 0, 10, what="no call in flight")
     assert fake_provider.total_calls() - calls_before_cont <= ITEM_CONCURRENCY
     assert_unchanged_by_zombie(api, job_id, final)

@@ -380,3 +380,34 @@ def test_audio_that_cannot_be_stored_fails_its_item_and_the_run_goes_on(
     assert (progress["done"], progress["error"], progress["generating"]) == (2, 1, 0)
     with svc.uow_factory(read_only=True) as uow:
         assert uow.slots.slots_in_flight(worker_dead_seconds=30, max_hold_seconds=300) == 0
+
+
+def test_a_run_that_fails_after_a_takeover_ends_fenced_and_says_so(
+    svc: Services, admin: UserRecord, provider: FakeProvider, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A zombie whose lanes fail (not on a fence) on waking cannot write its FAILED end
+    either; its log says it was fenced, as an operator looking for the zombie expects."""
+    job_id = new_job(svc, admin, 4)
+    provider.gate = threading.Event()
+    provider.fail_texts = {
+        f"text {n}": RuntimeError("woke to a broken world") for n in (1, 2, 3, 4)
+    }
+    start_generation(svc.uow_factory, svc.settings, svc.runner, admin, job_id)
+    wait_for(lambda: provider.in_flight == svc.settings.item_concurrency)
+    with svc.uow_factory() as uow:  # declared dead, and claimed again
+        assert uow.recovery.recover_stale_job(
+            StaleJob(job_id, 1, "lease", None), lease_seconds=0,
+            worker_dead_seconds=0, message="auto-recovered: test",
+        )  # fmt: skip
+        assert uow.jobs.claim_job(
+            job_id, admin.organization_id, regenerate=False, user_id=None, worker_id=None
+        ) == 2  # fmt: skip
+        uow.commit()
+    before = view(svc, admin, job_id)
+    caplog.set_level("INFO", logger="speechbatch.runner")
+    provider.gate.set()
+    wait_for(lambda: not svc.runner.live_runs())
+    assert view(svc, admin, job_id) == before
+    assert f"run fenced: declared dead or superseded, stopped job={job_id} attempt=1" in (
+        caplog.messages
+    )

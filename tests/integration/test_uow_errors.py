@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Iterator
 
 import pytest
@@ -12,6 +13,7 @@ from sqlalchemy import text
 from speechbatch.adapters import db
 from speechbatch.adapters.uow import SessionUowFactory
 from speechbatch.errors import AlreadyExists, DatabaseUnavailable
+from speechbatch.runner.transactions import Transactions
 
 INSERT_ORGANIZATION = text("INSERT INTO organizations (slug) VALUES (:slug)")
 
@@ -81,3 +83,43 @@ def test_other_errors_pass_through_untouched(uow_factory: SessionUowFactory) -> 
     with pytest.raises(KeyError), uow_factory() as uow:
         uow.session.execute(text("SELECT 1"))
         raise KeyError("not the database's")
+
+
+def _idle_past_the_timeout(uow: object) -> None:
+    """Idle inside the transaction past PostgreSQL's idle_in_transaction_session_timeout
+    (as a process frozen or stalled mid-transaction does), then use it."""
+    session = uow.session  # type: ignore[attr-defined]
+    session.execute(text("SET LOCAL idle_in_transaction_session_timeout = '100ms'"))
+    time.sleep(0.5)
+    session.execute(text("SELECT 1"))
+
+
+@pytest.mark.parametrize("backend", ["postgresql"])
+def test_a_session_ended_for_idling_in_a_transaction_is_unavailable(
+    uow_factory: SessionUowFactory,
+) -> None:
+    """PostgreSQL ends the session with 25P03, which psycopg raises as an InternalError;
+    only the transaction was lost, so it is DatabaseUnavailable (worth a retry), and the
+    next unit of work gets a new connection."""
+    with pytest.raises(DatabaseUnavailable) as info, uow_factory() as uow:
+        _idle_past_the_timeout(uow)
+    assert isinstance(info.value.__cause__, sa_exc.InternalError)
+    with uow_factory() as uow:
+        assert uow.session.execute(text("SELECT 1")).scalar_one() == 1
+
+
+@pytest.mark.parametrize("backend", ["postgresql"])
+def test_the_runner_retries_a_transaction_whose_session_was_ended(
+    uow_factory: SessionUowFactory,
+) -> None:
+    """A runner thread that wakes inside a transaction PostgreSQL has ended tries it again
+    on a new connection (and so learns whether its run is fenced) instead of failing."""
+    tries = []
+
+    def work(uow: object) -> int:
+        tries.append(1)
+        if len(tries) == 1:
+            _idle_past_the_timeout(uow)
+        return len(tries)
+
+    assert Transactions(uow_factory, lambda: False, 5.0)(work) == 2

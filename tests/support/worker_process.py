@@ -9,8 +9,12 @@ from __future__ import annotations
 
 import re
 import signal
+import time
 from collections.abc import Mapping
 from pathlib import Path
+
+import psutil
+import psycopg
 
 from tests.support.processes import LoggedProcess
 from tests.support.server import (
@@ -81,6 +85,40 @@ class WorkerProcess(LoggedProcess):
         self.kill(signal.SIGSTOP)
         wait_until(lambda: threads_stopped(self.pid), 5, interval=0.002, what=f"{self.name} frozen")
 
+    def freeze_inside_an_item_transaction(self, tries: int = 500) -> list[int]:
+        """SIGSTOP the worker at a moment one of its run's threads is idle inside a
+        transaction of an item (its last statement names the items, reservations, slots
+        or takes), which PostgreSQL then ends after idle_in_transaction_session_timeout
+        while the worker sleeps; return those sessions' backend PIDs.
+
+        The runner's transactions are short, so a freeze that lands between two of them
+        (or in another loop's, a heartbeat's or a webhook's) is undone and tried again."""
+        for attempt in range(1, tries + 1):
+            self.freeze()
+            backends = self.backends_in_an_item_transaction()
+            if backends:
+                return backends
+            self.kill(signal.SIGCONT)
+            time.sleep(0.002 * (attempt % 7))
+        raise AssertionError(
+            f"{self.name}: no freeze of {tries} landed inside an item's transaction"
+        )
+
+    def backends_in_an_item_transaction(self) -> list[int]:
+        """The backend PIDs of this worker's PostgreSQL sessions idle in a transaction
+        whose last statement is about items."""
+        ports = [
+            c.laddr.port
+            for c in psutil.Process(self.pid).net_connections("tcp")
+            if c.raddr and c.raddr.port == 5432
+        ]
+        return _backends(
+            self.env["SPEECHBATCH_DATABASE_URL"],
+            "client_port = ANY(%s) AND state = 'idle in transaction' AND query ~*"
+            r" '\m(items|reservations|provider_slots|provider_pace|takes)\M'",
+            [ports],
+        )
+
     def stop(self, *, graceful: bool = True) -> int | None:
         """Stop the worker (SIGTERM, then SIGKILL after the grace period); its exit code."""
         if self.proc is None:
@@ -96,3 +134,15 @@ class WorkerProcess(LoggedProcess):
         finally:
             self._close_log()
         return self.proc.returncode
+
+
+def backends_alive(database_url: str, pids: list[int]) -> list[int]:
+    """Which of these PostgreSQL backends still serve a session."""
+    return _backends(database_url, "pid = ANY(%s)", [pids])
+
+
+def _backends(database_url: str, where: str, params: list[object]) -> list[int]:
+    dsn = database_url.replace("postgresql+psycopg://", "postgresql://", 1)
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        rows = conn.execute(f"SELECT pid FROM pg_stat_activity WHERE {where}", params)
+        return [int(r[0]) for r in rows.fetchall()]

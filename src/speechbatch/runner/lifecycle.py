@@ -63,6 +63,15 @@ def _interrupt(tx: Transactions, run: Run, message: str) -> None:
     log.info("run interrupted job=%s attempt=%s won=%s", run.job_id, run.attempt, won)
 
 
+def _log_fenced(run: Run) -> None:
+    """The run learned, at its end or before, that it may no longer write."""
+    metrics.FENCED.inc()
+    log.warning(
+        "run fenced: declared dead or superseded, stopped job=%s attempt=%s",
+        run.job_id, run.attempt,
+    )  # fmt: skip
+
+
 class Background(Protocol):
     """Work on threads of its own, started with the process and stopped at its drain."""
 
@@ -203,11 +212,7 @@ class Runner:
         """End the run: fenced (nothing to write), failed (a lane's reason), interrupted
         (draining with items left), or its outcome from the items."""
         if run.fenced.is_set():
-            metrics.FENCED.inc()
-            log.warning(
-                "run fenced: declared dead or superseded, stopped job=%s attempt=%s",
-                run.job_id, run.attempt,
-            )  # fmt: skip
+            _log_fenced(run)
             return
         if run.failure is not None:
             self._end_failed(run)
@@ -219,9 +224,9 @@ class Runner:
             lambda uow: uow.runs.finish_run(run.job_id, run.attempt, over_budget=run.over_budget)
         )
         if status is None:
-            metrics.FENCED.inc()
-        else:
-            metrics.RUNS.labels(outcome=status).inc()
+            _log_fenced(run)
+            return
+        metrics.RUNS.labels(outcome=status).inc()
         log.info("run ended job=%s attempt=%s status=%s", run.job_id, run.attempt, status)
 
     def _end_failed(self, run: Run) -> None:
@@ -238,7 +243,9 @@ class Runner:
                 return
             status = self.tx(lambda uow: uow.runs.finish_run(
                 run.job_id, run.attempt, run_error=f"run failed: {failure}"))  # fmt: skip
-            if status is not None:
+            if status is None:
+                _log_fenced(run)
+            else:
                 metrics.RUNS.labels(outcome="FAILED").inc()
         except Exception:
             log.exception("could not end a failed run job=%s: recovery will", run.job_id)
