@@ -25,6 +25,7 @@ from speechbatch.services import create_token
 from tests.fakes import FakeProvider
 from tests.helpers import new_admin
 from tests.support.moto import MotoServer
+from tests.support.pg_pool import DatabasePool
 from tests.support.pgbouncer import PgBouncer
 from tests.support.s3 import LocalS3
 from tests.support.seaweed import SeaweedServer
@@ -118,22 +119,28 @@ def sqlite_template(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def make_database(request: pytest.FixtureRequest, backend: str, tmp_path: Path) -> Iterator[str]:
-    """A fresh migrated database of ``backend``; dropped after the test."""
+    """An empty migrated database of ``backend`` for one test."""
     if backend == "sqlite":
         template: Path = request.getfixturevalue("sqlite_template")
         path = tmp_path / "test.db"
         shutil.copyfile(template, path)
         yield f"sqlite:///{path}"
         return
-    template_name: str = request.getfixturevalue("pg_template")
-    name = f"sb_test_{uuid.uuid4().hex[:12]}"
-    with _pg_admin() as conn:
-        conn.execute(f'CREATE DATABASE "{name}" TEMPLATE "{template_name}"')
+    pool: DatabasePool = request.getfixturevalue("pg_pool")
+    name = pool.take()
     try:
         yield f"{PG_URL_BASE}/{name}"
     finally:
-        with _pg_admin() as conn:
-            conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+        pool.give_back(name)
+
+
+@pytest.fixture(scope="session")
+def pg_pool(pg_template: str) -> Iterator[DatabasePool]:
+    """This process's test databases, emptied between tests (tests/support/pg_pool.py)."""
+    pool = DatabasePool(PG_ADMIN_DSN, pg_template)
+    yield pool
+    with postgresql_in_use():
+        pool.close()
 
 
 @pytest.fixture(params=BACKENDS)

@@ -21,7 +21,7 @@ from flask.testing import FlaskClient
 from sqlalchemy import text
 
 from speechbatch import create_app
-from speechbatch.adapters import db, postgres
+from speechbatch.adapters import db, notifications, postgres
 from speechbatch.adapters.migrate import alembic_config
 from speechbatch.adapters.uow import SessionUowFactory
 from speechbatch.config import Settings
@@ -63,9 +63,17 @@ def bounced_url(database_url: str, pgbouncer: PgBouncer) -> str:
 
 
 @pytest.fixture
-def make_bounced(settings: Settings, provider: FakeProvider, bounced_url: str) -> Iterator[Any]:
+def make_bounced(
+    settings: Settings,
+    provider: FakeProvider,
+    bounced_url: str,
+    monkeypatch: pytest.MonkeyPatch,
+) -> Iterator[Any]:
     """``make_bounced(**settings)``: an app whose database URL goes through the PgBouncer,
-    its background work started (webhook senders quick to look again); closed at the end."""
+    its background work started (webhook senders quick to look again); closed at the end.
+    The test is a process of its own: what an earlier test's app said once is forgotten
+    (the test databases' names come back, tests/support/pg_pool.py)."""
+    monkeypatch.setattr(notifications, "_said_polling", set())
     apps: list[Flask] = []
 
     def make(**changes: Any) -> Flask:
