@@ -30,7 +30,7 @@ from tests.support.server import (
     sqlite_url,
 )
 from tests.support.worker_process import WorkerProcess
-from tests.support.workers import E2E_GROUP, in_process_group
+from tests.support.workers import E2E_GROUP, E2E_PAGES_GROUP, in_process_group
 
 E2E_DIR = Path(__file__).resolve().parent
 BACKENDS = ["sqlite", "postgresql"]
@@ -40,14 +40,29 @@ ServerFactory = Callable[..., GunicornServer]
 Metric = Callable[[str, Any], None]
 
 
+# The tests of pages and of the HTTP interface (a browser, a client, a fuzzer, a proxy):
+# their own xdist group, beside the one of crashes, signals and paced calls, whose time
+# budgets are what a third process-heavy test at once would strain.
+PAGE_MODULES = frozenset(
+    {
+        "test_browser", "test_browser_cast", "test_browser_edits", "test_generated_client",
+        "test_import_page", "test_job_page_live", "test_lexicon_page", "test_openapi_fuzz",
+        "test_pages_anywhere", "test_publish_page", "test_quickstart", "test_render_page",
+        "test_reverse_proxy", "test_webhooks_page",
+    }
+)  # fmt: skip
+
+
 # tryfirst: before xdist reads the group marker (see in_process_group).
 @pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Mark every test of this directory ``e2e``, in the end-to-end tests' xdist group."""
+    """Mark every test of this directory ``e2e``, in one of the end-to-end tests' xdist
+    groups: the pages' or the processes'."""
     for item in items:
-        if E2E_DIR in Path(item.path).resolve().parents:
+        path = Path(item.path).resolve()
+        if E2E_DIR in path.parents:
             item.add_marker(pytest.mark.e2e)
-            in_process_group(item, E2E_GROUP)
+            in_process_group(item, E2E_PAGES_GROUP if path.stem in PAGE_MODULES else E2E_GROUP)
 
 
 @pytest.fixture(params=BACKENDS)

@@ -1,11 +1,11 @@
-"""Running the suite on pytest-xdist workers (``bin/test`` runs two).
+"""Running the suite on pytest-xdist workers (``bin/test`` runs three).
 
-The tests that start real processes run in two xdist groups, each one after another on
-one worker, as they would in a serial run: the chaos tests (signals, faults, a
-PostgreSQL restart; they share the chaos database) and the end-to-end tests (gunicorn,
-workers, a browser; a database of their own each). The two groups usually go to the two
-workers, which then take the in-process tests as they come free. Two things cross
-between the workers:
+The tests that start real processes run in three xdist groups, each one after another
+on one worker, as they would in a serial run: the chaos tests (signals, faults, a
+PostgreSQL restart; they share the chaos database), the end-to-end tests of crashes and
+processes (gunicorn, workers, signals; a database of their own each) and those of pages
+(a browser, a client, a fuzzer). The groups usually go to the three workers, which then
+take the in-process tests as they come free. Two things cross between the workers:
 - the PostgreSQL server, which one chaos test stops for a moment: every other test
   holds a shared lock on it while it runs and that test takes it exclusively, so neither
   sees the other's half (``postgresql_in_use``, ``postgresql_stopped``);
@@ -26,6 +26,7 @@ import pytest
 
 CHAOS_GROUP = "chaos"
 E2E_GROUP = "e2e"
+E2E_PAGES_GROUP = "e2e-pages"
 WORKER_SUMMARY = "speechbatch_summary"
 SUMMARIES = pytest.StashKey[list[str]]()
 
