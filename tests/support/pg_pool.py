@@ -2,8 +2,8 @@
 
 A ``CREATE DATABASE ... TEMPLATE`` writes the whole migrated schema (about 9 MB) through
 the WAL and waits for its flush: about a third of a second here, for each of the
-suite's eight hundred PostgreSQL tests. Emptying a used database (its tables truncated,
-its sequences restarted, the rows the migrations insert put back) takes a tenth of that.
+suite's eight hundred PostgreSQL tests. Emptying a used database (its rows deleted, its
+sequences set back, the rows the migrations insert put back) takes a tenth of that.
 A database whose schema a test changed (a downgrade, an added column) is dropped instead,
 so every test still starts from the migrated schema and no row of an earlier test.
 """
