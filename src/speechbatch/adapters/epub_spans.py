@@ -6,7 +6,11 @@ styles, images, SVG, MathML, the head). ``wrap`` puts a span around a located st
 inside one text node, or around a run of siblings when the stretch starts and ends
 beside them under one parent and they are all inline. Anything else is refused (None),
 and the caller syncs coarser. Stretches are wrapped in document order, so a slot's text
-that a span split keeps being found in the span's tail."""
+that a span split keeps being found in the span's tail.
+
+The spans inside one text node are put in together, once the wrapping has moved on from
+it (or at ``flush``, which the caller ends with): a node is read and split once, where
+cutting its rest again for each span costs a paragraph of n sentences n times its length."""
 
 from __future__ import annotations
 
@@ -68,6 +72,10 @@ class TextSlots:
             slot for page, body in enumerate(bodies) for slot in _spoken_slots(body, page)
         ]
         self.stream = TextStream([slot.value for slot in self.slots])
+        # Stretches waiting to be wrapped in one text node: (start, stop, anchor), as
+        # offsets of its original text, in order.
+        self._deferred_in = -1
+        self._deferred: list[tuple[int, int, str]] = []
 
     def page_of(self, position: int) -> int:
         """The page where the character at ``position`` is."""
@@ -83,25 +91,40 @@ class TextSlots:
 
     def wrap(self, start: int, end: int, anchor: str) -> bool:
         """Put a span with id ``anchor`` around the characters [start, end); whether it
-        could be done without breaking the page's structure."""
+        could be done without breaking the page's structure. A span inside one text node
+        goes in when the wrapping leaves that node, or at ``flush``."""
         first, last = self.stream.point(start), self.stream.point(end - 1)
         if first.segment == last.segment:
-            self._wrap_in_node(first, last.offset + 1, anchor)
+            if self._deferred and self._deferred_in != first.segment:
+                self.flush()
+            self._deferred_in = first.segment
+            self._deferred.append((first.offset, last.offset + 1, anchor))
             return True
+        self.flush()  # it reads and cuts the slots itself: none may have spans waiting
         return self._wrap_siblings(first, last, anchor)
+
+    def flush(self) -> None:
+        """Put in the spans still waiting in a text node; call it once every stretch is
+        wrapped, before the pages are read."""
+        if not self._deferred:
+            return
+        slot = self.slots[self._deferred_in]
+        text, taken = slot.value, slot.taken  # spans may have taken the node's front before
+        cuts = [(start - taken, stop - taken, anchor) for start, stop, anchor in self._deferred]
+        slot.set(text[: cuts[0][0]])
+        follows = [start for start, _, _ in cuts[1:]] + [len(text)]
+        before = slot
+        for (start, stop, anchor), then in zip(cuts, follows, strict=True):
+            span = etree.Element(f"{{{XHTML}}}span", id=anchor)
+            span.text, span.tail = text[start:stop], text[stop:then]
+            _insert_after_slot(before, span)
+            before = Slot(span, True, slot.page, taken + stop)
+        self.slots[self._deferred_in] = before
+        self._deferred = []
 
     def _split(self, point: Point) -> tuple[Slot, int]:
         slot = self.slots[point.segment]
         return slot, point.offset - slot.taken
-
-    def _wrap_in_node(self, first: Point, stop: int, anchor: str) -> None:
-        slot, at = self._split(first)
-        text, stop = slot.value, stop - slot.taken
-        span = etree.Element(f"{{{XHTML}}}span", id=anchor)
-        span.text, span.tail = text[at:stop], text[stop:]
-        slot.set(text[:at])
-        _insert_after_slot(slot, span)
-        self.slots[first.segment] = Slot(span, True, slot.page, slot.taken + stop)
 
     def _wrap_siblings(self, first: Point, last: Point, anchor: str) -> bool:
         """Wrap a run of one parent's children: from a text node of the parent (or from

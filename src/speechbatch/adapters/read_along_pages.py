@@ -177,6 +177,7 @@ def sync_pages(
             placed.extend(_sync_passage(slots, passage, *found))
         if len(placed) > count:
             firsts.append((chapter.title, placed[count]))
+    slots.flush()
     return placed, firsts
 
 
