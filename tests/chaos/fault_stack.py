@@ -31,6 +31,7 @@ ITEM_CONCURRENCY = 3
 STUCK_AFTER = WORKER_DEAD_SECONDS + 10.0
 HANG_HOLD = TTS_TIMEOUT_SECONDS + 1.0  # a hung call outlasts the client's timeout
 MAX_RETRIES = 4
+ITEM_WRITES = b"UPDATE items"
 
 
 def fault_env(database_url: str, provider_url: str, storage: Path) -> dict[str, str]:
@@ -95,6 +96,28 @@ def unique_texts(tag: str, count: int) -> list[str]:
     ]
 
 
+def own_writes(operation: str) -> bytes:
+    """The bytes of the statements that make the operation's results current, so that
+    its acknowledgements are lost, not the heartbeats':
+    - a run's or a regenerate's item writes (its begins and finishes);
+    - a cancel's finishes (the only item writes that keep a take), so that the cancel
+      can land between a finish's commit and its retry;
+    - a render's or an export's final write (the only one that sets ``file_path``)."""
+    if operation in ("render", "export"):
+        return b"file_path="
+    if operation == "cancel":
+        return b"INSERT INTO takes"
+    return ITEM_WRITES
+
+
+def wait_for_lost_ack(stack: FaultStack, dropped: int, timeout: float = 1.0) -> None:
+    """Wait (up to ``timeout``) until the proxy has lost more acknowledgements than
+    ``dropped``."""
+    deadline = time.monotonic() + timeout
+    while stack.proxy.stats.acks_dropped <= dropped and time.monotonic() < deadline:
+        time.sleep(0.005)
+
+
 def inject(stack: FaultStack, step: Step) -> None:
     """Inject the step's fault now (returns at once; holes and storms end by themselves)."""
     fault, size = step.fault, step.size
@@ -105,7 +128,9 @@ def inject(stack: FaultStack, step: Step) -> None:
     elif fault == "reset_all":
         stack.proxy.reset_all()
     elif fault == "lost_acks":
-        stack.proxy.drop_after_commit(size)
+        stack.proxy.drop_after_commit(size, touching=own_writes(step.operation))
+    elif fault == "items_refused":
+        stack.proxy.refuse_touching(size, ITEM_WRITES)
     elif fault == "storm":
         stack.fake.storm(size, retry_after=min(size, TTS_TIMEOUT_SECONDS))
     elif fault == "hang":

@@ -179,3 +179,40 @@ def test_stalling_black_hole_forwards_nothing_while_it_lasts(database: str, prox
     assert waited >= seconds - 0.1
     assert outcome.get("new") == (2,)
     assert float(str(outcome["new_after"])) >= seconds - 0.1
+
+
+def test_refuse_touching_resets_only_those_queries_for_its_window(
+    database: str, proxy: PgProxy
+) -> None:
+    with connect(proxy.url(database), autocommit=True) as conn:
+        conn.execute("INSERT INTO t VALUES (1)")
+    proxy.refuse_touching(0.8, b"UPDATE t")
+    with connect(proxy.url(database)) as other:  # other queries go through
+        other.execute("INSERT INTO t VALUES (2)")
+        other.commit()
+    for prepare in (False, True):  # a simple Query, and a Parse + Bind + Execute
+        conn = connect(proxy.url(database))
+        conn.execute("INSERT INTO t VALUES (3)")
+        with pytest.raises(psycopg.OperationalError):
+            conn.execute("UPDATE t SET v = v + 10", prepare=prepare)
+        conn.close()
+    assert values(database) == [1, 2]  # each refused transaction rolled back
+    assert proxy.stats.resets == 2
+    back = proxy.wait_until_back(5)
+    assert not proxy.refusing() and back > 0
+    with connect(proxy.url(database)) as conn:  # the window is over
+        conn.execute("UPDATE t SET v = v + 10")
+        conn.commit()
+    assert values(database) == [11, 12]
+
+
+def test_refuse_touching_also_refuses_a_statement_prepared_before_the_window(
+    database: str, proxy: PgProxy
+) -> None:
+    with connect(proxy.url(database), autocommit=True) as conn:
+        conn.execute("INSERT INTO t VALUES (1)")
+        conn.execute("UPDATE t SET v = v + %s", (1,), prepare=True)  # Parse now
+        proxy.refuse_touching(5, b"UPDATE t")
+        with pytest.raises(psycopg.OperationalError):  # Bind + Execute only
+            conn.execute("UPDATE t SET v = v + %s", (1,), prepare=True)
+    assert values(database) == [2]

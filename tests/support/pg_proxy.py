@@ -11,7 +11,11 @@ faults a network or a failover causes, at the moment it chooses:
   the client's connection is reset before the answer reaches it: a lost acknowledgement
   (the transaction happened; the client saw an error). ``touching=b"INSERT INTO x"``
   counts only the COMMITs of transactions that ran such a statement (a chosen unit of
-  work's), and ``then_hole=seconds`` starts a refusing black hole as the last one is lost.
+  work's), and ``then_hole=seconds`` starts a refusing black hole as the last one is lost;
+- ``refuse_touching(seconds, b"UPDATE x")``: for ``seconds``, a connection that sends a
+  query containing those bytes is reset before the server gets it (its transaction rolls
+  back): one kind of unit of work fails again and again while every other query, the
+  processes' heartbeats included, goes through.
 
 COMMIT is recognised in the frontend protocol's simple Query ('Q') and, for prepared or
 extended-protocol statements, from the Parse ('P') that names it to the Execute ('E') that
@@ -110,6 +114,16 @@ class CommitSpotter:
             self._bound_commit = False
             return self._commits()
         return False
+
+    def query_of(self, kind: bytes, payload: bytes) -> bytes:
+        """The query text a message runs or prepares (b"" for other messages)."""
+        if kind == b"Q":
+            return payload.split(b"\0", 1)[0]
+        if kind == b"P":
+            return payload.split(b"\0", 2)[1]
+        if kind == b"B":
+            return self._queries.get(payload.split(b"\0", 2)[1], b"")
+        return b""
 
     def _note(self, query: bytes) -> None:
         if EDGE.match(query):
@@ -213,6 +227,10 @@ class _Link(threading.Thread):
     def _from_client(self, data: bytes, frames: _Frames, commits: CommitSpotter) -> None:
         assert self.server is not None
         for kind, payload in frames.feed(data):
+            if self.proxy.refuses(commits.query_of(kind, payload)):
+                self.proxy.count_reset()
+                self.kill()
+                return
             if commits.runs_commit(kind, payload):
                 self.proxy.count_commit()
                 if self.proxy.take_drop(commits.committed):
@@ -247,6 +265,8 @@ class PgProxy:
         self._drops_left = 0
         self._touching: bytes | None = None
         self._then_hole = 0.0
+        self._refuse_until = 0.0
+        self._refused: bytes = b""
         self._stopped = threading.Event()
         self._thread: threading.Thread | None = None
 
@@ -326,14 +346,29 @@ class PgProxy:
         return time.monotonic() < self._hole_until
 
     def wait_until_back(self, timeout: float = 600.0) -> float:
-        """Block until the hole ended and connections are accepted again; the
-        ``time.monotonic()`` at which it was over."""
+        """Block until the hole (and any ``refuse_touching`` window) ended and connections
+        are accepted again; the ``time.monotonic()`` at which it was over."""
         deadline = time.monotonic() + timeout
-        while self.holed() or self._listener is None:
+        while self.holed() or self._listener is None or self.refusing():
             if time.monotonic() > deadline:
                 raise TimeoutError("the black hole did not end")
             time.sleep(POLL / 2)
         return time.monotonic()
+
+    def refuse_touching(self, seconds: float, touching: bytes) -> None:
+        """For ``seconds`` from now, reset each connection as it sends a query containing
+        ``touching`` (returns at once)."""
+        with self._lock:
+            self._refused = touching
+            self._refuse_until = time.monotonic() + seconds
+
+    def refusing(self) -> bool:
+        """Whether a ``refuse_touching`` window is on now."""
+        return time.monotonic() < self._refuse_until
+
+    def refuses(self, query: bytes) -> bool:
+        """Whether ``query`` is to be refused now."""
+        return bool(query) and self.refusing() and self._refused in query
 
     def _end_hole_if_due(self) -> None:
         if self.holed() or self._hole_until == 0.0:
