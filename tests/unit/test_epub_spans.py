@@ -5,8 +5,6 @@ text nodes rather than timed."""
 from __future__ import annotations
 
 import itertools
-from collections.abc import Iterator
-from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
@@ -18,6 +16,7 @@ from speechbatch.adapters.epub_spans import XHTML
 from speechbatch.adapters.read_along_pages import BookPage, parse_page, sync_pages
 from speechbatch.domain.read_along import BookChapter, Passage
 from speechbatch.domain.renders import Cue
+from tests.support.text_moves import Moved, counting_parser
 
 
 def _passage(position: int, pieces: list[str]) -> Passage:
@@ -111,45 +110,6 @@ def test_every_sentence_or_word_is_wrapped_in_place_and_the_text_kept(
     assert [p.clip.anchor for p in placed] == [f"speechbatch-{a}" for a in expected]
 
 
-class _Moved:
-    """Characters read from and written to elements' ``text`` and ``tail``."""
-
-    count = 0
-
-
-def _counted(name: str) -> property:
-    plain = getattr(etree.ElementBase, name)
-
-    def read(element: Any) -> Any:
-        value = plain.__get__(element)
-        _Moved.count += len(value or "")
-        return value
-
-    def write(element: Any, value: Any) -> None:
-        _Moved.count += len(value or "")
-        plain.__set__(element, value)
-
-    return property(read, write)
-
-
-class _CountingElement(etree.ElementBase):
-    text = _counted("text")
-    tail = _counted("tail")
-
-
-@contextmanager
-def _counting_parser() -> Iterator[etree.XMLParser]:
-    """A parser whose elements count the text they move; the default parser for the
-    block, so that the elements made with ``etree.Element`` (the spans) count too."""
-    parser = etree.XMLParser()
-    parser.set_element_class_lookup(etree.ElementDefaultClassLookup(element=_CountingElement))
-    etree.set_default_parser(parser)
-    try:
-        yield parser
-    finally:
-        etree.set_default_parser()
-
-
 def _characters_moved(sentences: int) -> int:
     """Characters moved in and out of text nodes to wrap each sentence of one plain
     paragraph, synced as items of 400 sentences."""
@@ -157,12 +117,12 @@ def _characters_moved(sentences: int) -> int:
     passages = [
         _passage(n + 1, text[at : at + 400]) for n, at in enumerate(range(0, sentences, 400))
     ]
-    with _counting_parser() as parser:
+    with counting_parser() as parser:
         page = BookPage("one.xhtml", etree.fromstring(_html(f"<p>{' '.join(text)}</p>"), parser))
-        _Moved.count = 0
+        Moved.count = 0
         placed, _ = sync_pages([page], [BookChapter("One", passages)])
     assert len(placed) == sentences
-    return _Moved.count
+    return Moved.count
 
 
 def test_wrapping_the_sentences_of_one_paragraph_moves_its_text_a_bounded_number_of_times() -> None:
