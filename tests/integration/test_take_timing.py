@@ -109,17 +109,25 @@ def test_a_piper_job_in_english_is_timed_by_word(piper_app: Flask) -> None:
     _in_order(timing["words"], job["items"][0]["duration_seconds"])
 
 
+def test_piper_gives_the_words_it_spoke_one_for_one(piper: PiperProvider) -> None:
+    given = timing_of(piper.synthesize(TEXTS[0], "en_US-joe-medium"))
+    assert given is not None and [w["text"] for w in given] == TEXTS[0].split()
+    _in_order(list(given), 5.0)
+
+
 def test_pipers_own_sentences_are_kept_where_words_cannot_be_aligned(piper: PiperProvider) -> None:
-    audio = piper.synthesize(TEXTS[1], "en_US-joe-medium")
+    # A number is spoken as several words: Piper's words are not the text's.
+    text = "Please mind the gap. The next train leaves at 9."
+    audio = piper.synthesize(text, "en_US-joe-medium")
     given = timing_of(audio)
     assert given is not None and [s["text"] for s in given] == [
         "Please mind the gap.",
-        TEXTS[1][21:],
+        text[21:],
     ]
     first, second = given
     # Piper's pause between its sentences, and a start inside the audio.
     assert 0 < first["start_seconds"] < first["end_seconds"] < second["start_seconds"]
-    stored = time_take(bytes(audio), TEXTS[1], "de_DE-thorsten-medium", given)
+    stored = time_take(bytes(audio), text, "de_DE-thorsten-medium", given)
     assert stored is not None and json.loads(stored) == {
         "level": "sentence", "sentences": list(given), "words": None,
     }  # fmt: skip

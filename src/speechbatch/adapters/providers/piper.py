@@ -35,6 +35,7 @@ import numpy as np
 from speechbatch.adapters.providers.base import CharacterBilled, PermanentProviderError, TimedAudio
 from speechbatch.adapters.providers.mp3 import ENCODER_DELAY_SAMPLES, encode_mp3
 from speechbatch.adapters.providers.piper_pool import PiperPool
+from speechbatch.adapters.providers.piper_words import with_durations, word_spans, words_of
 from speechbatch.domain.editing import speed_of
 from speechbatch.domain.timing import sentences_from_speech, sentences_of
 
@@ -44,6 +45,9 @@ _PHONEMIZE = threading.Lock()
 _SILENCE_SECONDS = 0.1
 # A sentence's speech begins at its first sample this loud (of full scale).
 _ONSET_LEVEL = 0.02
+
+# (start, end) in seconds.
+Span = tuple[float, float]
 
 
 @dataclass(frozen=True)
@@ -89,18 +93,23 @@ def discover_voices(folder: str | None = None) -> dict[str, VoiceFiles]:
     return {**_installed_voices(), **_folder_voices(folder)}
 
 
-def _speech_in(audio: np.ndarray, offset: int, rate: int) -> tuple[float, float]:
+def _speech_in(audio: np.ndarray, offset: int, rate: int) -> Span:
     """Where a sentence's speech begins and ends (seconds in the item), its quiet edges
     left out."""
     loud = np.flatnonzero(np.abs(audio) > _ONSET_LEVEL)
     first, last = (int(loud[0]), int(loud[-1]) + 1) if loud.size else (0, audio.size)
-    return round((offset + first) / rate, 3), round((offset + last) / rate, 3)
+    return _seconds(first, last, offset, rate)
+
+
+def _seconds(first: int, end: int, offset: int, rate: int) -> Span:
+    """Samples ``first`` to ``end`` of a part that begins at ``offset``, in seconds."""
+    return round((offset + first) / rate, 3), round((offset + end) / rate, 3)
 
 
 def _load_piper_voice(files: VoiceFiles) -> Any:
     from piper import PiperVoice
 
-    return PiperVoice.load(files.model, config_path=files.config)
+    return PiperVoice.load(files.model, config_path=files.config, include_alignments=True)
 
 
 def load_single_threaded(files: VoiceFiles) -> Any:
@@ -113,7 +122,7 @@ def load_single_threaded(files: VoiceFiles) -> Any:
     options.intra_op_num_threads = 1
     options.inter_op_num_threads = 1
     session = onnxruntime.InferenceSession(
-        str(files.model), sess_options=options, providers=["CPUExecutionProvider"]
+        with_durations(files.model), sess_options=options, providers=["CPUExecutionProvider"]
     )
     config = PiperConfig.from_dict(json.loads(files.config.read_text(encoding="utf-8")))
     return PiperVoice(session=session, config=config)
@@ -162,15 +171,16 @@ class PiperProvider(CharacterBilled):
         self, text: str, voice: str, speed: float | None = None
     ) -> tuple[bytes, int]:
         """Mono int16 PCM of ``text`` and its sample rate; ``speed`` 1.0 is the voice's own."""
-        pcm, rate, _ = self.synthesize_timed(text, voice, speed)
+        pcm, rate, _, _ = self.synthesize_timed(text, voice, speed)
         return pcm, rate
 
     def synthesize_timed(
         self, text: str, voice: str, speed: float | None = None
-    ) -> tuple[bytes, int, list[tuple[float, float]]]:
-        """Mono int16 PCM of ``text``, its sample rate, and where each sentence Piper
-        spoke begins and ends (seconds in the MP3 made of it, as a decoder reads it): it
-        speaks sentence by sentence, so this is free."""
+    ) -> tuple[bytes, int, list[Span], list[Span]]:
+        """Mono int16 PCM of ``text``, its sample rate, and where each sentence and each
+        word Piper spoke begins and ends (seconds in the MP3 made of it, as a decoder
+        reads it): it speaks sentence by sentence and its model says how long each
+        phoneme lasts, so this is free (no words when the model does not say)."""
         from piper import SynthesisConfig
 
         model = self.voice(voice)
@@ -179,21 +189,29 @@ class PiperProvider(CharacterBilled):
             sentences = model.phonemize(text)
         rate = int(model.config.sample_rate)
         parts: list[np.ndarray] = []
-        spoken: list[tuple[float, float]] = []
+        spoken: list[Span] = []
+        words: list[Span] = []
         at = 0
         for phonemes in sentences:
             if not phonemes:
                 continue
-            audio = np.asarray(model.phoneme_ids_to_audio(model.phonemes_to_ids(phonemes), config))
+            ids = model.phonemes_to_ids(phonemes)
+            audio, durations = model.phoneme_ids_to_audio(ids, config, include_alignments=True)
+            audio = np.asarray(audio)
             peak = float(np.max(np.abs(audio))) if audio.size else 0.0
             if peak > 1e-8:  # as Piper itself does: each sentence at full scale
                 audio = audio / peak
             parts.append(np.clip(audio, -1.0, 1.0))
             spoken.append(_speech_in(parts[-1], at + ENCODER_DELAY_SAMPLES, rate))
+            if durations is not None:
+                for first, end in word_spans(
+                    phonemes, model.config.phoneme_id_map, durations, parts[-1], _ONSET_LEVEL
+                ):
+                    words.append(_seconds(first, end, at + ENCODER_DELAY_SAMPLES, rate))
             at += audio.size + int(rate * _SILENCE_SECONDS)
             parts.append(np.zeros(int(rate * _SILENCE_SECONDS), dtype=np.float32))
         samples = np.concatenate(parts) if parts else np.zeros(0, dtype=np.float32)
-        return (samples * 32767).astype("<i2").tobytes(), rate, spoken
+        return (samples * 32767).astype("<i2").tobytes(), rate, spoken, words
 
     def synthesize(self, text: str, voice: str, options: Mapping[str, Any] | None = None) -> bytes:
         """Speak ``text`` with ``voice`` and return MP3 bytes (one call, no retries);
@@ -202,9 +220,11 @@ class PiperProvider(CharacterBilled):
             if voice not in self._files:
                 raise PermanentProviderError(f"unknown voice {voice!r} for provider piper")
             return self._pool.speak(text, voice, speed_of(options or {}))
-        pcm, rate, spoken = self.synthesize_timed(text, voice, speed_of(options or {}))
-        timing = sentences_from_speech(sentences_of(text), spoken)
-        return TimedAudio(encode_mp3(pcm, rate), tuple(span.as_json() for span in timing))
+        pcm, rate, spoken, words = self.synthesize_timed(text, voice, speed_of(options or {}))
+        timing = words_of(text, words) or tuple(
+            span.as_json() for span in sentences_from_speech(sentences_of(text), spoken)
+        )
+        return TimedAudio(encode_mp3(pcm, rate), timing)
 
     def close(self) -> None:
         """Stop the Piper processes, if any (a later call starts them again)."""
