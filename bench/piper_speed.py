@@ -8,12 +8,16 @@ time from the first sentence given to the last WAV made.
 B, the product: a 60-item job of those sentences on a server started as ``bin/quickstart``
 starts it (``gunicorn wsgi:app -w 2 --threads 4``, SQLite, ``SPEECHBATCH_TTS_PROVIDER=
 piper``, the bundled voice): the run's own span (its ``started_at`` to its ``finished_at``)
-of a full regenerate, everything included (MP3 encoding, storage, bookkeeping). While it
-runs, a signed-in browser's job page (``GET /jobs/ID``) is read every 0.25 s: its
-latencies' p50 and p95 say whether the web keeps answering during a book.
+of a full regenerate, everything included (MP3 encoding, storage, bookkeeping), its end
+awaited by reading the job once a second: readers take CPU that A does not pay.
 
-A and B alternate (A, B, B, A, ...) for ``--rounds`` rounds, each with the 1-minute load
-average beside it; the figure is median(A) / median(B), target at least 0.9.
+B with the page: rounds of their own, in which a signed-in browser's job page (``GET
+/jobs/ID``) is read every 0.25 s and the API every 0.2 s: the page's latencies' p50 and
+p95 say whether the web keeps answering during a book (O2); their spans are not O1's.
+
+A, B and B with the page alternate (A, B, B+page, then B+page, B, A, ...) for
+``--rounds`` rounds, each with the 1-minute load average beside it; the figure is
+median(A) / median(B), target at least 0.9.
 
 Usage: python bench/piper_speed.py [--rounds 4] [--side NAME[:VAR=VALUE,...] ...]
 (each ``--side`` is a B server of its own with those ``SPEECHBATCH_`` settings, all in
@@ -49,6 +53,8 @@ PLACES = ["by the harbour wall", "in the empty station", "under the tall elms"]
 # Sixty different sentences of about 50 characters (different, so nothing is reused).
 SENTENCES = [f"{s} {v} {p}." for s in SUBJECTS for v in VERBS for p in PLACES]
 ADMIN = ("piper@bench.test", "piper-bench-pw-1")
+# The rounds of a side that read the job page (O2), apart from its timed ones (O1).
+PAGE = "+page"
 
 _voice: Any = None
 
@@ -118,26 +124,44 @@ def signed_in(base_url: str) -> requests.Session:
     return session
 
 
-def job_round(api: Api, browser: requests.Session, job_id: int) -> dict[str, float]:
-    """B: one full regenerate of the job, its run's span and the job page's latencies."""
+def job_round(
+    api: Api, browser: requests.Session, job_id: int, read_page: bool = True
+) -> dict[str, float]:
+    """B: one full regenerate of the job, its run's span and (``read_page``) the job
+    page's latencies; without the page, its end is read once a second."""
     poller = PagePoller(browser, f"{api.base_url}/jobs/{job_id}")
-    poller.start()
+    if read_page:
+        poller.start()
     api.call("POST", f"/api/jobs/{job_id}/regenerate", expect=202)
-    api.wait_done(job_id, timeout=600)
-    poller.stop.set()
-    poller.join()
+    if read_page:
+        api.wait_done(job_id, timeout=600)
+        poller.stop.set()
+        poller.join()
+    else:
+        _wait_quietly(api, job_id, timeout=600)
     deadline = time.monotonic() + 30
     while (run := api.call("GET", f"/api/jobs/{job_id}")["runs"][-1])["finished_at"] is None:
         assert time.monotonic() < deadline, "the run has no end 30 s after COMPLETED"
         time.sleep(0.1)
     span = datetime.fromisoformat(run["finished_at"]) - datetime.fromisoformat(run["started_at"])
     assert not poller.errors, f"{poller.errors} job page reads failed"
+    if not read_page:
+        return {"seconds": span.total_seconds()}
     return {
         "seconds": span.total_seconds(),
         "page_p50_ms": 1000 * percentile(poller.latencies, 50),
         "page_p95_ms": 1000 * percentile(poller.latencies, 95),
         "page_reads": len(poller.latencies),
     }
+
+
+def _wait_quietly(api: Api, job_id: int, timeout: float) -> None:
+    """Read the job once a second until it is COMPLETED (fails on FAILED or timeout)."""
+    deadline = time.monotonic() + timeout
+    while (job := api.call("GET", f"/api/jobs/{job_id}"))["status"] != "COMPLETED":
+        if job["status"] == "FAILED" or time.monotonic() > deadline:
+            raise RuntimeError(f"job {job_id} is {job['status']}: {job.get('error_message')}")
+        time.sleep(1.0)
 
 
 @contextlib.contextmanager
@@ -192,7 +216,9 @@ def main() -> None:
     args = parser.parse_args()
     sides = parse_sides(args.side)
     cores = os.cpu_count() or 1
-    seen: dict[str, list[dict[str, float]]] = {"direct": [], **{side: [] for side in sides}}
+    seen: dict[str, list[dict[str, float]]] = {"direct": []}
+    for side in sides:
+        seen[side], seen[side + PAGE] = [], []
     context = multiprocessing.get_context("spawn")
     with contextlib.ExitStack() as stack:
         pool = stack.enter_context(context.Pool(cores, initializer=_load_voice))
@@ -201,7 +227,11 @@ def main() -> None:
         for n in range(args.rounds):
             order = list(seen) if n % 2 == 0 else list(reversed(seen))
             for side in order:
-                result = direct_round(pool) if side == "direct" else job_round(*servers[side])
+                if side == "direct":
+                    result = direct_round(pool)
+                else:
+                    server = side.removesuffix(PAGE)
+                    result = job_round(*servers[server], read_page=side.endswith(PAGE))
                 result["load_1m"] = os.getloadavg()[0]
                 seen[side].append(result)
                 print(f"round {n + 1} {side}: {result}", flush=True)
@@ -209,16 +239,17 @@ def main() -> None:
 
 
 def verdict(seen: dict[str, list[dict[str, float]]]) -> dict[str, Any]:
-    """Each side's figure: median(direct) / median(side), and its job page's p95."""
+    """Each side's figure: median(direct) / median(side), and its job page's p95 (the
+    median over its rounds with the page)."""
     limit = median([r["seconds"] for r in seen["direct"]])
     loads = [r["load_1m"] for rounds in seen.values() for r in rounds]
     print(f"direct {limit:.2f} s; 1-minute load {min(loads):.1f}-{max(loads):.1f}")
     figures = {}
     for side, rounds in seen.items():
-        if side == "direct":
+        if side == "direct" or side.endswith(PAGE):
             continue
         job = median([r["seconds"] for r in rounds])
-        p95 = median([r["page_p95_ms"] for r in rounds])
+        p95 = median([r["page_p95_ms"] for r in seen[side + PAGE]])
         figures[f"{side}_ratio"] = figure(
             f"{side}: Piper directly ({os.cpu_count()} processes) / the job, 60 sentences",
             limit / job, f">= {TARGET}", limit / job >= TARGET,
