@@ -25,12 +25,23 @@ def seconds_of(mp3: bytes) -> float:
     return sum(samples for _, samples in mp3_frames(mp3)) / 22050
 
 
-def piper_pids() -> set[int]:
+# Children this test process had before the module's provider started: other tests' Piper
+# processes (a provider left open elsewhere in the same xdist worker), not this pool's.
+_OTHERS: set[int] = set()
+
+
+def _children() -> set[int]:
     return {child.pid for child in multiprocessing.active_children() if child.pid is not None}
+
+
+def piper_pids() -> set[int]:
+    """The Piper processes of the module's provider."""
+    return _children() - _OTHERS
 
 
 @pytest.fixture(scope="module")
 def one_process() -> Iterator[PiperProvider]:
+    _OTHERS.update(_children())
     provider = PiperProvider(processes=1)
     yield provider
     provider.close()
