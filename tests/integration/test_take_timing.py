@@ -115,6 +115,16 @@ def test_piper_gives_the_words_it_spoke_one_for_one(piper: PiperProvider) -> Non
     _in_order(list(given), 5.0)
 
 
+def test_piper_times_the_words_it_says_as_one_by_word(piper: PiperProvider) -> None:
+    # espeak-ng says "in the", "of the" and "had to" as one word each.
+    text = "He had to wait in the cold station, one of the coldest of all."
+    given = timing_of(piper.synthesize(text, "en_US-joe-medium"))
+    assert given is not None and [w["text"] for w in given] == text.split()
+    _in_order(list(given), 6.0)
+    joined = [w for w in given if w["text"] in ("had", "to", "in", "the")]
+    assert all(w["end_seconds"] > w["start_seconds"] for w in joined)
+
+
 def test_pipers_own_sentences_are_kept_where_words_cannot_be_aligned(piper: PiperProvider) -> None:
     # A number is spoken as several words: Piper's words are not the text's.
     text = "Please mind the gap. The next train leaves at 9."

@@ -35,7 +35,12 @@ import numpy as np
 from speechbatch.adapters.providers.base import CharacterBilled, PermanentProviderError, TimedAudio
 from speechbatch.adapters.providers.mp3 import ENCODER_DELAY_SAMPLES, encode_mp3
 from speechbatch.adapters.providers.piper_pool import PiperPool
-from speechbatch.adapters.providers.piper_words import with_durations, word_spans, words_of
+from speechbatch.adapters.providers.piper_words import (
+    sounds_of,
+    with_durations,
+    word_spans,
+    words_of,
+)
 from speechbatch.domain.editing import speed_of
 from speechbatch.domain.timing import sentences_from_speech, sentences_of
 
@@ -48,6 +53,19 @@ _ONSET_LEVEL = 0.02
 
 # (start, end) in seconds.
 Span = tuple[float, float]
+
+
+@dataclass(frozen=True)
+class Speech:
+    """What Piper made of a text: mono int16 PCM at ``rate``, where each sentence and
+    each spoken word begins and ends (seconds in the MP3 made of it, as a decoder reads
+    it), and how many sounds each spoken word has."""
+
+    pcm: bytes
+    rate: int
+    sentences: list[Span]
+    words: list[Span]
+    sounds: list[int]
 
 
 @dataclass(frozen=True)
@@ -171,16 +189,12 @@ class PiperProvider(CharacterBilled):
         self, text: str, voice: str, speed: float | None = None
     ) -> tuple[bytes, int]:
         """Mono int16 PCM of ``text`` and its sample rate; ``speed`` 1.0 is the voice's own."""
-        pcm, rate, _, _ = self.synthesize_timed(text, voice, speed)
-        return pcm, rate
+        speech = self.synthesize_timed(text, voice, speed)
+        return speech.pcm, speech.rate
 
-    def synthesize_timed(
-        self, text: str, voice: str, speed: float | None = None
-    ) -> tuple[bytes, int, list[Span], list[Span]]:
-        """Mono int16 PCM of ``text``, its sample rate, and where each sentence and each
-        word Piper spoke begins and ends (seconds in the MP3 made of it, as a decoder
-        reads it): it speaks sentence by sentence and its model says how long each
-        phoneme lasts, so this is free (no words when the model does not say)."""
+    def synthesize_timed(self, text: str, voice: str, speed: float | None = None) -> Speech:
+        """``text`` spoken: Piper speaks sentence by sentence and its model says how long
+        each phoneme lasts, so the timing is free (no words when the model does not say)."""
         from piper import SynthesisConfig
 
         model = self.voice(voice)
@@ -191,6 +205,7 @@ class PiperProvider(CharacterBilled):
         parts: list[np.ndarray] = []
         spoken: list[Span] = []
         words: list[Span] = []
+        sounds: list[int] = []
         at = 0
         for phonemes in sentences:
             if not phonemes:
@@ -208,10 +223,20 @@ class PiperProvider(CharacterBilled):
                     phonemes, model.config.phoneme_id_map, durations, parts[-1], _ONSET_LEVEL
                 ):
                     words.append(_seconds(first, end, at + ENCODER_DELAY_SAMPLES, rate))
+                sounds += sounds_of(phonemes, model.config.phoneme_id_map)
             at += audio.size + int(rate * _SILENCE_SECONDS)
             parts.append(np.zeros(int(rate * _SILENCE_SECONDS), dtype=np.float32))
         samples = np.concatenate(parts) if parts else np.zeros(0, dtype=np.float32)
-        return (samples * 32767).astype("<i2").tobytes(), rate, spoken, words
+        pcm = (samples * 32767).astype("<i2").tobytes()
+        return Speech(pcm, rate, spoken, words, sounds)
+
+    def said_alone(self, voice: str, word: str) -> int:
+        """How many sounds ``word`` has when Piper's phonemizer says it alone."""
+        model = self.voice(voice)
+        with _PHONEMIZE:
+            sentences = model.phonemize(word)
+        id_map = model.config.phoneme_id_map
+        return sum(sum(sounds_of(phonemes, id_map)) for phonemes in sentences)
 
     def synthesize(self, text: str, voice: str, options: Mapping[str, Any] | None = None) -> bytes:
         """Speak ``text`` with ``voice`` and return MP3 bytes (one call, no retries);
@@ -220,11 +245,13 @@ class PiperProvider(CharacterBilled):
             if voice not in self._files:
                 raise PermanentProviderError(f"unknown voice {voice!r} for provider piper")
             return self._pool.speak(text, voice, speed_of(options or {}))
-        pcm, rate, spoken, words = self.synthesize_timed(text, voice, speed_of(options or {}))
-        timing = words_of(text, words) or tuple(
-            span.as_json() for span in sentences_from_speech(sentences_of(text), spoken)
+        speech = self.synthesize_timed(text, voice, speed_of(options or {}))
+        timing = words_of(
+            text, speech.words, speech.sounds, lambda word: self.said_alone(voice, word)
+        ) or tuple(
+            span.as_json() for span in sentences_from_speech(sentences_of(text), speech.sentences)
         )
-        return TimedAudio(encode_mp3(pcm, rate), timing)
+        return TimedAudio(encode_mp3(speech.pcm, speech.rate), timing)
 
     def close(self) -> None:
         """Stop the Piper processes, if any (a later call starts them again)."""
