@@ -35,6 +35,23 @@ PG_ADMIN_DSN = os.environ.get(
 ADMIN_EMAIL = "bench@bench.test"
 
 
+def quickstart_env(folder: Path, secret: str) -> dict[str, str]:
+    """The quick start's environment on a fresh SQLite file in ``folder`` (Piper, the
+    metrics of every worker counted in ``folder/prometheus``), without the caller's
+    ``SPEECHBATCH_`` settings."""
+    metrics = folder / "prometheus"
+    metrics.mkdir(exist_ok=True)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("SPEECHBATCH_")}
+    env.update(
+        SPEECHBATCH_DATABASE_URL=f"sqlite:///{folder}/speechbatch.db",
+        SPEECHBATCH_SECRET_KEY=secret,
+        SPEECHBATCH_TTS_PROVIDER="piper",
+        SPEECHBATCH_STORAGE_DIR=f"{folder}/audio",
+        PROMETHEUS_MULTIPROC_DIR=str(metrics),
+    )
+    return env
+
+
 @contextlib.contextmanager
 def pg_database(label: str) -> Iterator[str]:
     """A fresh empty PostgreSQL database's SQLAlchemy URL; dropped afterwards."""

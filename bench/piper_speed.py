@@ -42,7 +42,15 @@ from pathlib import Path
 from typing import Any
 
 import requests
-from _common import cli, exit_on_sigterm, figure, median, percentile, write_results
+from _common import (
+    cli,
+    exit_on_sigterm,
+    figure,
+    median,
+    percentile,
+    quickstart_env,
+    write_results,
+)
 from _http import Api, Gunicorn
 
 VOICE = "en_US-joe-medium"
@@ -169,16 +177,7 @@ def quickstart_server(extra: dict[str, str]) -> Iterator[tuple[Api, requests.Ses
     """The quick start's server on a fresh SQLite file; an API client, a signed-in browser
     session and a 60-item Piper job already made once (each worker's voice loaded)."""
     with tempfile.TemporaryDirectory(prefix="sb_piper_") as tmp:
-        metrics = Path(tmp) / "prometheus"
-        metrics.mkdir()
-        env = {k: v for k, v in os.environ.items() if not k.startswith("SPEECHBATCH_")}
-        env.update(
-            SPEECHBATCH_DATABASE_URL=f"sqlite:///{tmp}/speechbatch.db",
-            SPEECHBATCH_SECRET_KEY="piper-bench",
-            SPEECHBATCH_TTS_PROVIDER="piper",
-            SPEECHBATCH_STORAGE_DIR=f"{tmp}/audio",
-            PROMETHEUS_MULTIPROC_DIR=str(metrics),
-        )
+        env = quickstart_env(Path(tmp), "piper-bench")
         env.update({f"SPEECHBATCH_{k}": v for k, v in extra.items()})
         cli(env, "db", "upgrade")
         cli(env, "create-admin", "--org", "demo", "--email", ADMIN[0], "--password", ADMIN[1])

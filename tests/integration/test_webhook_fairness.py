@@ -6,13 +6,19 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Iterator
+from typing import Any
 
 import pytest
 
 from speechbatch.adapters.repositories.deliveries import DeliveryRules
 from speechbatch.adapters.webhook_http import WebhookHTTP
 from speechbatch.app import Services
-from speechbatch.runner.deliveries import ATTEMPT_MARGIN_SECONDS, SENDER_THREADS, DeliverySenders
+from speechbatch.runner.deliveries import (
+    ATTEMPT_MARGIN_SECONDS,
+    FOLLOWER_PAUSES,
+    SENDER_THREADS,
+    DeliverySenders,
+)
 from speechbatch.services import webhooks as hooks
 from tests.helpers import new_admin, wait_for
 from tests.integration.test_webhook_delivery import _hook
@@ -67,20 +73,7 @@ def test_a_delivery_has_one_attempt_in_flight_however_long_its_receiver_drips(
     webhook_id = _hook(svc, user, f"http://127.0.0.1:{drip.port}/hook")
     # A lease just longer than the attempt's deadline: before the deadline held on the
     # clock, the drip outlived the lease and other senders claimed the delivery again.
-    senders = DeliverySenders(
-        svc.runner.tx,
-        lambda: WebhookHTTP(allow_private=True, timeout=0.5),
-        (60.0,),
-        svc.runner.worker_id,
-        DeliveryRules(
-            lease_seconds=1.0,
-            worker_dead_seconds=svc.settings.worker_dead_seconds,
-            attempt_seconds=0.5 + ATTEMPT_MARGIN_SECONDS,
-        ),
-        threads=3,
-        idle_seconds=0.05,
-        join_seconds=2.0,
-    )
+    senders = _senders(svc, svc.runner.tx, timeout=0.5, lease=1.0, threads=3, idle=0.05)
     senders.start()
     try:
         hooks.ping(svc.uow_factory, user, webhook_id)
@@ -93,3 +86,52 @@ def test_a_delivery_has_one_attempt_in_flight_however_long_its_receiver_drips(
         senders.stop()
     assert delivery["attempts"] == 1 and "timed out" in delivery["last_error"]
     assert drip.connections == 1 and drip.most_open == 1
+
+
+def test_idle_senders_look_one_at_a_time_and_all_wake_for_work(
+    make_svc: Callable[..., Services], receiver: Receiver
+) -> None:
+    svc = make_svc(webhook_allow_private=True)
+    user = new_admin(svc, "acme", "admin@acme.test")
+    webhook_id = _hook(svc, user, receiver.url)
+    claims: list[float] = []
+
+    def counted(work: Callable[..., object]) -> object:
+        claims.append(time.monotonic())
+        return svc.runner.tx(work)
+
+    idle = 0.05
+    senders = _senders(svc, counted, timeout=2.0, lease=5.0, threads=SENDER_THREADS, idle=idle)
+    senders.start()
+    try:
+        time.sleep(0.5)  # every thread has looked once and found nothing
+        claims.clear()
+        time.sleep(2.0)
+        # One looker every pause, and each other sender once in FOLLOWER_PAUSES pauses:
+        # about 40 + 36 in 2 s here, where each of the ten looking every pause made 400.
+        assert len(claims) <= 2.0 / idle + SENDER_THREADS * 2.0 / (idle * FOLLOWER_PAUSES) + 10
+        for _ in range(5):
+            hooks.ping(svc.uow_factory, user, webhook_id)
+        wait_for(lambda: receiver.count() == 5, timeout=10 * idle + 2.0)
+    finally:
+        senders.stop()
+
+
+def _senders(
+    svc: Services, tx: Any, *, timeout: float, lease: float, threads: int, idle: float
+) -> DeliverySenders:
+    """Sender threads of their own (not started), POSTing with ``timeout`` under ``lease``."""
+    return DeliverySenders(
+        tx,
+        lambda: WebhookHTTP(allow_private=True, timeout=timeout),
+        (60.0,),
+        svc.runner.worker_id,
+        DeliveryRules(
+            lease_seconds=lease,
+            worker_dead_seconds=svc.settings.worker_dead_seconds,
+            attempt_seconds=timeout + ATTEMPT_MARGIN_SECONDS,
+        ),
+        threads=threads,
+        idle_seconds=idle,
+        join_seconds=2.0,
+    )
