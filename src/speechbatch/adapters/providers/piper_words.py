@@ -51,31 +51,36 @@ def with_durations(model: Path) -> bytes:
     return bytes(loaded.SerializeToString())
 
 
+def _words(phonemes: Sequence[str], id_map: dict[str, Any]) -> list[list[tuple[int, str]]]:
+    """Each spoken word's sounding phonemes, with their place among the phonemes the
+    voice has (Piper leaves the others out of its ids too): espeak-ng's spaces end a word,
+    punctuation is a pause, not a sound of one."""
+    words: list[list[tuple[int, str]]] = []
+    word: list[tuple[int, str]] | None = None
+    for place, phoneme in enumerate(p for p in phonemes if p in id_map):
+        if phoneme.isspace():
+            word = None
+        elif phoneme not in _PUNCTUATION:
+            if word is None:
+                word = []
+                words.append(word)
+            word.append((place, phoneme))
+    return words
+
+
 def word_spans(
     phonemes: list[str], id_map: dict[str, Any], id_samples: Any, audio: np.ndarray, level: float
 ) -> list[Span]:
     """Each spoken word's (first, end) sample in ``audio``, one Piper sentence: from its
     first sample louder than ``level`` to the end of its last sound."""
     pad = len(id_map.get("_", ()))
-    at = int(np.sum(id_samples[: len(id_map["^"]) + pad]))
     index = len(id_map["^"]) + pad
-    spans: list[Span] = []
-    word: list[int] | None = None  # [start, end] of the word being read
-    for phoneme in phonemes:
-        if phoneme not in id_map:  # Piper leaves it out of the ids too
-            continue
+    ends = [int(np.sum(id_samples[:index]))]  # ends[n]: where the n-th voiced phoneme starts
+    for phoneme in (p for p in phonemes if p in id_map):
         width = len(id_map[phoneme]) + pad
-        samples = int(np.sum(id_samples[index : index + width]))
+        ends.append(ends[-1] + int(np.sum(id_samples[index : index + width])))
         index += width
-        if phoneme.isspace():
-            word = None
-        elif phoneme not in _PUNCTUATION:
-            if word is None:
-                word = [at, at + samples]
-                spans.append((0, 0))
-            word[1] = at + samples
-            spans[-1] = (word[0], word[1])
-        at += samples
+    spans = [(ends[word[0][0]], ends[word[-1][0] + 1]) for word in _words(phonemes, id_map)]
     return [(_onset(audio, start, end, level), end) for start, end in spans]
 
 
@@ -87,19 +92,7 @@ def _onset(audio: np.ndarray, start: int, end: int, level: float) -> int:
 
 def sounds_of(phonemes: Sequence[str], id_map: dict[str, Any]) -> list[int]:
     """How many sounds each spoken word has, for the words ``word_spans`` finds."""
-    counts: list[int] = []
-    in_word = False
-    for phoneme in phonemes:
-        if phoneme not in id_map:
-            continue
-        if phoneme.isspace():
-            in_word = False
-        elif phoneme not in _PUNCTUATION:
-            if not in_word:
-                counts.append(0)
-                in_word = True
-            counts[-1] += phoneme not in _MARKS
-    return counts
+    return [sum(p not in _MARKS for _, p in word) for word in _words(phonemes, id_map)]
 
 
 def joined(expected: list[int], spoken: list[int]) -> list[int] | None:
@@ -147,7 +140,8 @@ def words_of(
     if len(tokens) == len(spans):
         runs, shares = [1] * len(tokens), [1] * len(tokens)
     elif spoken is not None and said_alone is not None and len(spoken) == len(spans):
-        shares = [max(1, said_alone(token)) for token in tokens]
+        alone = {token: max(1, said_alone(token)) for token in set(tokens)}
+        shares = [alone[token] for token in tokens]
         found = joined(shares, spoken)
         if found is None:
             return None
