@@ -18,7 +18,7 @@ import subprocess
 import sys
 import time
 import uuid
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -182,6 +182,42 @@ def percentile(values: Sequence[float], pct: float) -> float:
     ordered = sorted(values)
     rank = max(1, round(pct / 100 * len(ordered)))
     return ordered[min(rank, len(ordered)) - 1]
+
+
+def alternated(
+    rounds: int, measure: Callable[[Path | None], float], compare: Path | None, unit: str
+) -> dict[str, list[float]]:
+    """``measure(None)`` (this tree) and, with ``compare``, ``measure(compare)`` (another
+    ``src`` first on ``PYTHONPATH``) for ``rounds`` rounds, in the order A B, B A, ... so
+    that a drift of the machine's load falls on both; each round printed. The values of
+    each side ("this", "compare")."""
+    sides = ["this", "compare"] if compare is not None else ["this"]
+    found: dict[str, list[float]] = {side: [] for side in sides}
+    for n in range(rounds):
+        for side in sides if n % 2 == 0 else sides[::-1]:
+            found[side].append(measure(compare if side == "compare" else None))
+        values = ", ".join(f"{side} {found[side][-1]:.3f} {unit}" for side in sides)
+        print(f"round {n + 1}: {values}", flush=True)
+    return found
+
+
+def alternated_results(
+    found: dict[str, list[float]],
+    parameters: dict[str, Any],
+    name: str,
+    at_most: float,
+) -> dict[str, Any]:
+    """What ``alternated`` rounds give: each side's median, the figure (this tree's median,
+    target at most ``at_most``) and, with a compare side, this / compare (printed)."""
+    medians = {side: median(values) for side, values in found.items()}
+    data: dict[str, Any] = {"parameters": parameters, "rounds": found, "medians": medians}
+    value = medians["this"]
+    data[name] = figure(name, value, f"<= {at_most}", value <= at_most)
+    if "compare" in medians:
+        data["this_over_compare"] = value / medians["compare"]
+        print(f"medians: this {value:.3f}, compare {medians['compare']:.3f}; "
+              f"this / compare {data['this_over_compare']:.4f}")  # fmt: skip
+    return data
 
 
 def figure(name: str, value: float, target: str, ok: bool) -> dict[str, Any]:

@@ -21,9 +21,15 @@ import subprocess
 import tempfile
 import time
 from pathlib import Path
-from typing import Any
 
-from _common import cli, exit_on_sigterm, figure, median, quickstart_env, write_results
+from _common import (
+    alternated,
+    alternated_results,
+    cli,
+    exit_on_sigterm,
+    quickstart_env,
+    write_results,
+)
 from _http import Gunicorn
 
 TARGET_PERCENT = 2.0
@@ -72,24 +78,10 @@ def main() -> None:
     parser.add_argument("--seconds", type=float, default=30.0)
     parser.add_argument("--compare", type=Path, default=None)
     args = parser.parse_args()
-    this: list[float] = []
-    other: list[float] = []
-    for n in range(args.rounds):
-        this.append(idle_percent(None, args.seconds))
-        line = f"round {n + 1}: this tree {this[-1]:.2f}% of a core"
-        if args.compare is not None:
-            other.append(idle_percent(args.compare, args.seconds))
-            line += f", {args.compare} {other[-1]:.2f}%"
-        print(line, flush=True)
-    data: dict[str, Any] = {"rounds": {"this": this, "compare": other}}
-    value = median(this)
-    data["idle_cpu_percent"] = figure(
-        "idle_cpu_percent", value, f"<= {TARGET_PERCENT}", value <= TARGET_PERCENT
+    found = alternated(
+        args.rounds, lambda src: idle_percent(src, args.seconds), args.compare, "% of a core"
     )
-    if other:
-        base = median(other)
-        data["compare"] = {"src": str(args.compare), "median": base, "ratio": value / base}
-        print(f"compare median {base:.2f}%; this / compare {value / base:.3f}")
+    data = alternated_results(found, vars(args), "idle_cpu_percent", TARGET_PERCENT)
     write_results("idle_cpu", data)
 
 

@@ -21,9 +21,8 @@ import argparse
 import os
 import subprocess
 from pathlib import Path
-from typing import Any
 
-from _common import ROOT, VENV_BIN, exit_on_sigterm, figure, median, write_results
+from _common import ROOT, VENV_BIN, alternated, alternated_results, exit_on_sigterm, write_results
 
 TARGET_CPU_SECONDS = 1.0
 ITEM_SENTENCES = 100
@@ -66,26 +65,10 @@ def main() -> None:
     parser.add_argument("--sentences", type=int, default=16_000)
     parser.add_argument("--compare", type=Path, default=None)
     args = parser.parse_args()
-    sides = ["this", "compare"] if args.compare is not None else ["this"]
-    found: dict[str, list[float]] = {side: [] for side in sides}
-    for n in range(args.rounds):
-        for side in sides if n % 2 == 0 else sides[::-1]:  # A, B, then B, A
-            src = args.compare if side == "compare" else None
-            found[side].append(wrap_once(src, args.sentences))
-        print(
-            f"round {n + 1}: " + ", ".join(f"{s} {found[s][-1]:.3f} CPU-s" for s in sides),
-            flush=True,
-        )
-    medians = {side: median(values) for side, values in found.items()}
-    data: dict[str, Any] = {"parameters": vars(args), "rounds": found, "medians": medians}
-    value = medians["this"]
-    data["wrap_cpu_seconds"] = figure(
-        "wrap_cpu_seconds", value, f"<= {TARGET_CPU_SECONDS}", value <= TARGET_CPU_SECONDS
+    found = alternated(
+        args.rounds, lambda src: wrap_once(src, args.sentences), args.compare, "CPU-s"
     )
-    if "compare" in medians:
-        data["this_over_compare"] = value / medians["compare"]
-        print(f"medians: this {value:.3f}, compare {medians['compare']:.3f} CPU-s; "
-              f"this / compare {data['this_over_compare']:.4f}")  # fmt: skip
+    data = alternated_results(found, vars(args), "wrap_cpu_seconds", TARGET_CPU_SECONDS)
     write_results("wrap_speed", data)
 
 
