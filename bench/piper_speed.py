@@ -21,7 +21,8 @@ median(A) / median(B), target at least 0.9.
 
 Usage: python bench/piper_speed.py [--rounds 4] [--side NAME[:VAR=VALUE,...] ...]
 (each ``--side`` is a B server of its own with those ``SPEECHBATCH_`` settings, all in
-the same alternation, e.g. ``--side threads:PIPER_PROCESSES=0 --side processes``).
+the same alternation, e.g. ``--side threads:PIPER_PROCESSES=0 --side processes``; ``SRC=``
+puts another tree's ``src`` first on its path, e.g. ``--side job --side before:SRC=/tmp/old/src``).
 """
 
 from __future__ import annotations
@@ -178,7 +179,10 @@ def quickstart_server(extra: dict[str, str]) -> Iterator[tuple[Api, requests.Ses
     session and a 60-item Piper job already made once (each worker's voice loaded)."""
     with tempfile.TemporaryDirectory(prefix="sb_piper_") as tmp:
         env = quickstart_env(Path(tmp), "piper-bench")
-        env.update({f"SPEECHBATCH_{k}": v for k, v in extra.items()})
+        settings = dict(extra)
+        if "SRC" in settings:  # another tree's code, first on the path: an A/B in one run
+            env["PYTHONPATH"] = settings.pop("SRC")
+        env.update({f"SPEECHBATCH_{k}": v for k, v in settings.items()})
         cli(env, "db", "upgrade")
         cli(env, "create-admin", "--org", "demo", "--email", ADMIN[0], "--password", ADMIN[1])
         token = cli(env, "create-token", "--email", ADMIN[0]).strip().splitlines()[-1]
