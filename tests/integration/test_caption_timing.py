@@ -42,4 +42,4 @@ def test_render_captions_are_subtitles_that_start_with_their_speech(espeak_app: 
     assert " ".join(t.replace("\n", " ") for _, _, t in cues) == " ".join(PROSE)
     figures = summary(cue_offsets(audio, srt))
     print(f"caption starts against speech onsets: {figures}")
-    assert figures["within"] >= 0.9, figures
+    assert figures["within"] >= 0.95, figures  # the target; four runs here: 21 of 21
