@@ -11,12 +11,14 @@ from __future__ import annotations
 import os
 import random
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from tests.support.server import (
+    ApiClient,
     GunicornServer,
     app_env,
     bootstrap,
@@ -31,7 +33,16 @@ from tests.support.workers import (
 )
 
 from .chaos_provider import ChaosFakeProvider
-from .harness import THREADS, WORKERS, ChaosReport, ensure_pg_running, local_cluster
+from .harness import (
+    THREADS,
+    WORKERS,
+    ChaosReport,
+    Database,
+    Observer,
+    chaos_env,
+    ensure_pg_running,
+    local_cluster,
+)
 
 CHAOS_DIR = Path(__file__).resolve().parent
 REPORT_KEY = pytest.StashKey[ChaosReport]()
@@ -159,3 +170,44 @@ def spawn(tmp_path: Path) -> Iterator[Spawn]:
         errors = _stop_all(servers)
         if errors:
             pytest.fail("could not stop every server: " + "; ".join(errors))
+
+
+@dataclass
+class Stack:
+    """One fake, one server, one storage directory for the fault scenarios."""
+
+    url: str
+    token: str
+    fake: ChaosFakeProvider
+    server: GunicornServer
+    storage: Path
+    db: Database
+    seed: int
+    env: dict[str, str]
+
+    def observer(self, context: str) -> Observer:
+        """A fresh observer on the server."""
+        return Observer(ApiClient(self.server.base_url, self.token), self.fake, context)
+
+
+# The fault scenarios' server, shared by the tests of one module (provider faults,
+# storage, spending: each module starts its own). test_faults.py's own ``stack`` (a
+# FaultStack) overrides this fixture there.
+@pytest.fixture(scope="module")
+def stack(
+    chaos_db: tuple[str, str], tmp_path_factory: pytest.TempPathFactory, chaos_seed: int
+) -> Iterator[Stack]:
+    """The fault scenarios' server (2 workers x 2 threads) and fake (50 ms latency)."""
+    url, token = chaos_db
+    directory = tmp_path_factory.mktemp("chaos-faults")
+    fake = ChaosFakeProvider(latency=0.05, api_key=FAKE_API_KEY).start()
+    server: GunicornServer | None = None
+    try:
+        env = chaos_env(url, fake.url, directory / "audio")
+        server = GunicornServer(env, directory, workers=WORKERS, threads=THREADS, name="faults")
+        server.start()
+        yield Stack(url, token, fake, server, directory / "audio", Database(url), chaos_seed, env)
+    finally:
+        if server is not None:
+            server.stop(graceful=False)
+        fake.stop()

@@ -6,7 +6,7 @@ is generated through the web tier, and at a random moment the worker running it 
 SIGKILLed (recovered, then retried) or SIGTERMed (interrupted, then resumed by the other
 worker without a click), the other worker is killed (the job runs through), or the whole
 web tier is killed (the job runs through: the web runs nothing). After every run the
-invariants of test_chaos.py's crash runs are checked from outside.
+invariants of test_chaos_crash_runs.py's crash runs are checked from outside.
 """
 
 from __future__ import annotations
@@ -20,6 +20,7 @@ from pathlib import Path
 from tests.support.server import ApiClient, GunicornServer, Job, group_pids, wait_until
 from tests.support.worker_process import WorkerProcess
 
+from .chaos_helpers import MAX_RETRIES, new_tag, unique_texts
 from .chaos_provider import ChaosFakeProvider
 from .conftest import Spawn
 from .harness import (
@@ -41,7 +42,6 @@ from .harness import (
     job_summary,
     worker_pid,
 )
-from .test_chaos import MAX_RETRIES, new_tag, unique_texts
 
 N_RUNS = env_int("CHAOS_WORKER_RUNS", 8)
 KILL_JOB_WORKER = "kill-job-worker"
