@@ -12,6 +12,8 @@ import scipy.signal
 from speechbatch.adapters.audio.id3 import id3_tag
 from speechbatch.adapters.audio.levels import LevelMeter
 from speechbatch.adapters.audio.limiter import Limiter, window_min
+from speechbatch.adapters.audio.loudness import LoudnessMeter
+from speechbatch.adapters.audio.mastering import MOST_MAKE_UP_DB, limiter_loss, made_up
 from speechbatch.adapters.audio.peaks import TruePeakMeter
 from speechbatch.domain.presets import PRESETS, Figures, check_report
 from speechbatch.domain.renders import (
@@ -155,3 +157,41 @@ def test_chapter_spans_end_where_each_chapters_speech_ends() -> None:
         assert timeline.chapter_of(position) == (0 if position < 3 else 1)
         timeline.place(position, "", samples)
     assert timeline.chapter_spans() == [(0, 3600), (4300, 5150)]
+
+
+def peaky_speech(seconds: float) -> np.ndarray:
+    """``speech_like`` with a burst three times as loud every 0.2 s (plosives), its peak
+    at full scale, as Piper sets each sentence's: peaks far above its loudness."""
+    x = speech_like(seconds).astype(np.float64)
+    for at in range(0, x.size - 200, RATE // 5):
+        x[at : at + 110] *= 3
+    return (x / np.abs(x).max()).astype(np.float32)
+
+
+def _limited_loudness(x: np.ndarray, gain: float, ceiling_db: float) -> float:
+    limiter, meter = Limiter(RATE, ceiling_db), LoudnessMeter(RATE)
+    meter.add(limiter.process(x * gain))
+    meter.add(limiter.flush())
+    return meter.integrated()
+
+
+def test_the_gain_made_up_for_the_limiter_brings_peaky_speech_to_its_target() -> None:
+    x = peaky_speech(20.0)
+    meter = LoudnessMeter(RATE)
+    meter.add(x)
+    target, ceiling = -18.0, -2.0
+    plain = float(10 ** ((target - meter.integrated()) / 20))
+    assert _limited_loudness(x, plain, ceiling) < target - 1.0  # what renders did
+    gain = made_up(
+        plain, ceiling, lambda g, c: limiter_loss([x[: RATE * 10], x[RATE * 10 :]], g, c, RATE)
+    )
+    assert abs(_limited_loudness(x, gain, ceiling) - target) <= 0.3
+
+
+def test_nothing_is_made_up_where_the_limiter_takes_nothing_and_never_past_the_cap() -> None:
+    quiet = speech_like(5.0) * 0.05
+    assert limiter_loss([quiet], 1.0, -2.0, RATE) == 0.0
+    assert made_up(0.5, -2.0, lambda g, c: limiter_loss([quiet], g, c, RATE)) == 0.5
+    # A loss that grows as fast as the gain never settles: the cap holds.
+    capped = made_up(1.0, -2.0, lambda g, c: 20 * float(np.log10(g)) + 4.0)
+    assert abs(20 * np.log10(capped) - MOST_MAKE_UP_DB) < 1e-9

@@ -2,22 +2,24 @@
 
 Pass 1 decodes the items one by one (in position order, a page of rows at a time): it
 measures the loudness of the whole file as it will sound (items and gaps), places each
-item on the timeline and writes its caption cues (subtitles cut from its text and
-timed from its take's timing, ``domain.captions``). An item of several paragraphs is
-spliced as it is decoded: the audio between its paragraphs (found in its take's timing)
-becomes ``paragraph_gap_ms`` of silence, and its timing moves with it
-(``domain.paragraphs``); cutting at render time leaves takes, reuse and billing alone,
-and lets each render choose its gap. Pass 2 decodes the same audio again, applies the
-one gain that brings the file to its target loudness and encodes it, item by item,
-into a temporary file. Memory holds one decoded frame, the loudness histogram and
-one (path, length) pair per item, whatever the length of the job. No transaction is open
-while audio is decoded, encoded or uploaded.
+item on the timeline and writes its caption cues (subtitles cut from its text and timed
+from its take's timing, ``domain.captions``). An item of several paragraphs is spliced
+as it is decoded: the audio between its paragraphs (found in its take's timing) becomes
+``paragraph_gap_ms`` of silence, and its timing moves with it (``domain.paragraphs``);
+cutting at render time leaves takes, reuse and billing alone, and lets each render
+choose its gap. Pass 2 decodes the same audio again, applies the one gain that brings
+the file to its target loudness and encodes it, item by item, into a temporary file.
+That gain makes up for what the true-peak limiter will take off the loudness, measured
+before pass 2 on a sample of the items (``mastering.made_up``). Memory holds one decoded
+frame, the loudness histogram and one (path, length) pair per item, whatever the length
+of the job. No transaction is open while audio is decoded, encoded or uploaded.
 """
 
 from __future__ import annotations
 
 import json
 import logging
+import math
 import os
 import re
 import shutil
@@ -30,7 +32,13 @@ import numpy as np
 
 from speechbatch.adapters.audio import RATE, LoudnessMeter, decode
 from speechbatch.adapters.audio.master import Master, MasterPlan
-from speechbatch.adapters.audio.mastering import check_render, pack_chapter_files, plan_master
+from speechbatch.adapters.audio.mastering import (
+    LossAt,
+    check_render,
+    limiter_loss,
+    pack_chapter_files,
+    plan_master,
+)
 from speechbatch.adapters.audio.pcm import Samples
 from speechbatch.adapters.audio.splice import spliced
 from speechbatch.adapters.read_along import book_chapters, write_read_along
@@ -57,6 +65,9 @@ from speechbatch.services.render_events import record_render_event
 log = logging.getLogger(__name__)
 
 PAGE = 200  # item rows read per query
+# The limiter's loss is measured on items spread over the job, this much audio at most:
+# a book's speech loses about the same everywhere, and each trial decodes them again.
+TRIAL_SECONDS = 300.0
 WORKDIR_PREFIX = "speechbatch-render-"
 
 
@@ -129,7 +140,7 @@ class RenderBuilder(LeasedBuilder):
             chapters = timeline.chapters()
             plan = plan_master(
                 options, RATE, chapters, timeline.chapter_spans(), measured.loudness,
-                measured.energies, tags, workdir,
+                measured.energies, tags, workdir, self._limiter_loss(measured.sources),
             )  # fmt: skip
             self._encode(files["audio"], measured, plan)
             check = check_render(plan, options, files["audio"], self.lease.renew)
@@ -236,6 +247,20 @@ class RenderBuilder(LeasedBuilder):
         """An item's audio as the render hears it: decoded, with its paragraph splices."""
         with self._storage.open(key) as source:
             yield from spliced(decode(source), splices)
+
+    def _limiter_loss(self, sources: list[_Source]) -> LossAt:
+        """The limiter's loss at a gain and a ceiling, measured on a sample of the items
+        (every k-th, ``TRIAL_SECONDS`` of audio at most) with the render's gap between."""
+        step = max(1, math.ceil(sum(s.samples for s in sources) / (TRIAL_SECONDS * RATE)))
+        gap = np.zeros(round(RATE * self.task.options.gap_ms / 1000), dtype=np.float32)
+
+        def pieces() -> Iterator[Samples]:
+            for source in sources[::step]:
+                self.lease.renew()
+                yield gap
+                yield from self._decoded(source.audio_path, source.splices)
+
+        return lambda gain, ceiling_db: limiter_loss(pieces(), gain, ceiling_db, RATE)
 
     def _items(self, after: int) -> list[RenderItem]:
         """The next page of the job's items, in a short read of its own."""
