@@ -14,6 +14,7 @@ from speechbatch.adapters.audio.levels import LevelMeter
 from speechbatch.adapters.audio.limiter import Limiter, window_min
 from speechbatch.adapters.audio.loudness import LoudnessMeter
 from speechbatch.adapters.audio.mastering import MOST_MAKE_UP_DB, limiter_loss, made_up
+from speechbatch.adapters.audio.pcm import Samples
 from speechbatch.adapters.audio.peaks import TruePeakMeter
 from speechbatch.domain.presets import PRESETS, Figures, check_report
 from speechbatch.domain.renders import (
@@ -159,7 +160,7 @@ def test_chapter_spans_end_where_each_chapters_speech_ends() -> None:
     assert timeline.chapter_spans() == [(0, 3600), (4300, 5150)]
 
 
-def peaky_speech(seconds: float) -> np.ndarray:
+def peaky_speech(seconds: float) -> Samples:
     """``speech_like`` with a burst three times as loud every 0.2 s (plosives), its peak
     at full scale, as Piper sets each sentence's: peaks far above its loudness."""
     x = speech_like(seconds).astype(np.float64)
@@ -168,9 +169,9 @@ def peaky_speech(seconds: float) -> np.ndarray:
     return (x / np.abs(x).max()).astype(np.float32)
 
 
-def _limited_loudness(x: np.ndarray, gain: float, ceiling_db: float) -> float:
+def _limited_loudness(x: Samples, gain: float, ceiling_db: float) -> float:
     limiter, meter = Limiter(RATE, ceiling_db), LoudnessMeter(RATE)
-    meter.add(limiter.process(x * gain))
+    meter.add(limiter.process((x * gain).astype(np.float32)))
     meter.add(limiter.flush())
     return meter.integrated()
 
@@ -189,7 +190,7 @@ def test_the_gain_made_up_for_the_limiter_brings_peaky_speech_to_its_target() ->
 
 
 def test_nothing_is_made_up_where_the_limiter_takes_nothing_and_never_past_the_cap() -> None:
-    quiet = speech_like(5.0) * 0.05
+    quiet: Samples = (speech_like(5.0) * 0.05).astype(np.float32)
     assert limiter_loss([quiet], 1.0, -2.0, RATE) == 0.0
     assert made_up(0.5, -2.0, lambda g, c: limiter_loss([quiet], g, c, RATE)) == 0.5
     # A loss that grows as fast as the gain never settles: the cap holds.
