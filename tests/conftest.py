@@ -21,6 +21,8 @@ from speechbatch.adapters.providers.base import TTSProvider
 from speechbatch.adapters.repositories import UserRecord
 from speechbatch.app import Services
 from speechbatch.config import Settings
+from speechbatch.runner.export_builder import wait_for_exports
+from speechbatch.runner.render_builder import wait_for_renders
 from speechbatch.services import create_token
 from tests.fakes import FakeProvider
 from tests.helpers import new_admin
@@ -269,9 +271,18 @@ def make_svc(settings: Settings, provider: FakeProvider) -> Iterator[Callable[..
         close_services(svc)
 
 
+# How long a test's teardown waits for its render and export builders to end.
+BUILDERS_SECONDS = 20.0
+
+
 def close_services(svc: Services) -> None:
-    """Drain the app's runner and close both its engines (no connection left to GC)."""
+    """Drain the app's runner, let this process's render and export builders end, and
+    close both its engines (no connection left to GC): a builder that outlived its test
+    would connect again after the dispose, and that connection, never closed, would fail
+    a later test when the garbage collector found it."""
     svc.runner.drain(5.0)
+    wait_for_renders(BUILDERS_SECONDS)
+    wait_for_exports(BUILDERS_SECONDS)
     svc.dispose()
 
 
