@@ -1,6 +1,7 @@
 """Senders within bounds and shared (issue 42), both databases, loopback receivers that
 drip their answers: one organization's hanging receivers do not hold another's delivery,
-and a delivery has one attempt in flight however long its receiver drips."""
+nor one webhook's those of another webhook of its organization, and a delivery has one
+attempt in flight however long its receiver drips."""
 
 from __future__ import annotations
 
@@ -63,6 +64,33 @@ def test_another_organizations_ping_is_not_held_behind_hanging_receivers(
     # Without shares every sender was the slow organization's until its deadline.
     assert time.monotonic() - started < deadline / 2
     assert drip.open_now <= SENDER_THREADS // 2
+
+
+def test_a_hanging_webhook_leaves_a_sender_to_the_other_webhooks_of_its_organization(
+    make_svc: Callable[..., Services], drip: DripReceiver, receiver: Receiver
+) -> None:
+    deadline = 3.0
+    svc = make_svc(
+        webhook_retry_schedule=(60.0,),
+        webhook_allow_private=True,
+        webhook_timeout_seconds=deadline,
+        webhook_idle_seconds=0.05,
+    )
+    svc.runner.start_background()
+    user = new_admin(svc, "acme", "admin@acme.test")
+    hanging = _hook(svc, user, f"http://127.0.0.1:{drip.port}/h")
+    for _ in range(SENDER_THREADS):
+        hooks.ping(svc.uow_factory, user, hanging)
+    wait_for(lambda: drip.open_now >= SENDER_THREADS // 2 - 1, timeout=10)
+    time.sleep(0.5)  # ten idle polls: the hanging webhook holds every sender it may
+    fast = _hook(svc, user, receiver.url)
+    started = time.monotonic()
+    for _ in range(5):
+        hooks.ping(svc.uow_factory, user, fast)
+    wait_for(lambda: receiver.count() == 5, timeout=2 * deadline)
+    # Held to its organization's share alone, the hanging webhook took all of it, and
+    # the fast one waited for the deadline.
+    assert time.monotonic() - started < deadline / 2
 
 
 def test_a_delivery_has_one_attempt_in_flight_however_long_its_receiver_drips(

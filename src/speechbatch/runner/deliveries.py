@@ -14,8 +14,10 @@ Requests never send: the threads are started with the process's background loops
 Senders are shared between organizations (``SenderShares``): an organization may hold at
 most ``threads // (organizations in flight here + 1)`` of this process's senders, so
 however many of one organization's receivers hang or drip, a sender stays free here for
-the next organization's delivery, which goes out within an idle poll. Every process
-keeps its own count: each of them has senders free.
+the next organization's delivery, which goes out within an idle poll. Within that share,
+one webhook may hold one sender less than its organization (at least one), so a webhook
+whose receiver hangs leaves a sender here for the other webhooks of its organization.
+Every process keeps its own count: each of them has senders free.
 """
 
 from __future__ import annotations
@@ -58,33 +60,50 @@ class Poster(Protocol):
     def close(self) -> None: ...
 
 
+@dataclass(frozen=True)
+class Full:
+    """Who holds their share of this process's senders (a sender claims none of theirs)."""
+
+    organizations: list[int]
+    webhooks: list[int]
+
+
 class SenderShares:
-    """How many of this process's senders each organization holds, and which hold their
-    share: ``threads // (organizations holding any + 1)``, at least one. The ``+ 1``
-    keeps a share free for an organization that is not sending yet."""
+    """How many of this process's senders each organization and each webhook holds, and
+    which hold their share. An organization's is ``threads // (organizations holding any
+    + 1)``, at least one: the ``+ 1`` keeps a share free for an organization that is not
+    sending yet. A webhook's is one less than its organization's, at least one: the one
+    left keeps a sender for another webhook of the same organization."""
 
     def __init__(self, threads: int) -> None:
         self._threads = threads
-        self._held: Counter[int] = Counter()
+        self._by_organization: Counter[int] = Counter()
+        self._by_webhook: Counter[int] = Counter()
         self._lock = threading.Lock()
 
-    def full(self) -> list[int]:
-        """The organizations that hold their share (a sender claims none of theirs)."""
+    def full(self) -> Full:
+        """The organizations and the webhooks that hold their share."""
         with self._lock:
-            share = max(1, self._threads // (len(self._held) + 1))
-            return [org for org, held in self._held.items() if held >= share]
+            share = max(1, self._threads // (len(self._by_organization) + 1))
+            webhook_share = max(1, share - 1)
+            return Full(
+                [org for org, held in self._by_organization.items() if held >= share],
+                [hook for hook, held in self._by_webhook.items() if held >= webhook_share],
+            )
 
-    def take(self, organization_id: int) -> None:
-        """Count one more sender as the organization's."""
+    def take(self, organization_id: int, webhook_id: int) -> None:
+        """Count one more sender as the organization's and its webhook's."""
         with self._lock:
-            self._held[organization_id] += 1
+            self._by_organization[organization_id] += 1
+            self._by_webhook[webhook_id] += 1
 
-    def give_back(self, organization_id: int) -> None:
-        """Count one sender less as the organization's."""
+    def give_back(self, organization_id: int, webhook_id: int) -> None:
+        """Count one sender less as the organization's and its webhook's."""
         with self._lock:
-            self._held[organization_id] -= 1
-            if not self._held[organization_id]:
-                del self._held[organization_id]
+            # ``-=`` drops a count that reaches zero: the organizations counted are those
+            # holding any.
+            self._by_organization -= Counter({organization_id: 1})
+            self._by_webhook -= Counter({webhook_id: 1})
 
 
 @dataclass(frozen=True)
@@ -197,19 +216,24 @@ class DeliverySenders:
         def settle_and_claim(uow: RunUnit) -> ClaimedDelivery | None:
             if previous is not None:
                 self._record(uow, previous)
-            return uow.deliveries.claim_delivery(worker, self.rules, excluding=full)
+            return uow.deliveries.claim_delivery(
+                worker,
+                self.rules,
+                excluding_organizations=full.organizations,
+                excluding_webhooks=full.webhooks,
+            )
 
         with self._claiming:
             full = self.shares.full()
             claim = self._tx(settle_and_claim)
             if claim is None:
                 return None
-            self.shares.take(claim.organization_id)
+            self.shares.take(claim.organization_id, claim.webhook_id)
         self._found.set()  # the idle senders look too, while this one POSTs
         try:
             result = poster.post(claim.url, headers_for(claim), claim.body.encode())
         finally:
-            self.shares.give_back(claim.organization_id)
+            self.shares.give_back(claim.organization_id, claim.webhook_id)
         return Sent(claim, result)
 
     def _record_alone(self, sent: Sent | None) -> Sent | None:

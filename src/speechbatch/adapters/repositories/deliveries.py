@@ -3,12 +3,12 @@
 A sender claims a delivery by one compare-and-set under a lease (``claim_delivery``),
 sends it with no transaction open, then writes the result fenced by the claim's token
 (``finish_delivery``). A delivery is claimable while PENDING, due, its webhook enabled,
-and not of an organization the sender leaves out (one that holds its share of the
-process's senders), and not held: no lease, or its lease ran out, or its sender's process
-stopped heartbeating and its attempt can no longer be in flight (so a delivery whose
-process died goes out again within WORKER_DEAD_SECONDS, but a process that only stopped
-heartbeating never sees its attempt sent a second time beside it). All the arithmetic is
-on the database's clock.
+not of an organization or a webhook the sender leaves out (one that holds its share of
+the process's senders), and not held: no lease, or its lease ran out, or its sender's
+process stopped heartbeating and its attempt can no longer be in flight (so a delivery
+whose process died goes out again within WORKER_DEAD_SECONDS, but a process that only
+stopped heartbeating never sees its attempt sent a second time beside it). All the
+arithmetic is on the database's clock.
 """
 
 from __future__ import annotations
@@ -105,9 +105,12 @@ def _claimable(d: Table | Any, rules: DeliveryRules) -> ColumnElement[bool]:
         d.c.webhook_id.in_(
             select(webhooks.c.id).where(
                 webhooks.c.enabled.is_(True),
-                webhooks.c.organization_id.not_in(bindparam("excluded", expanding=True)),
+                webhooks.c.organization_id.not_in(
+                    bindparam("excluded_organizations", expanding=True)
+                ),
             )
         ),
+        d.c.webhook_id.not_in(bindparam("excluded_webhooks", expanding=True)),
         d.c.webhook_id.not_in(_busy_webhooks(rules)),
     )
 
@@ -115,7 +118,8 @@ def _claimable(d: Table | Any, rules: DeliveryRules) -> ColumnElement[bool]:
 @functools.cache
 def _claim_statement(rules: DeliveryRules) -> Any:
     """The claim's UPDATE for these rules, built once (building it costs more than
-    running it); its parameters are the claiming worker and the organizations left out."""
+    running it); its parameters are the claiming worker and the organizations and
+    webhooks left out."""
     d = deliveries.alias("d")
     candidate = (
         select(d.c.id)
@@ -192,12 +196,21 @@ class DeliveriesRepository:
         self.session = session
 
     def claim_delivery(
-        self, worker_id: int, rules: DeliveryRules, excluding: Sequence[int] = ()
+        self,
+        worker_id: int,
+        rules: DeliveryRules,
+        *,
+        excluding_organizations: Sequence[int] = (),
+        excluding_webhooks: Sequence[int] = (),
     ) -> ClaimedDelivery | None:
-        """Compare-and-set: hold the oldest due delivery of any organization but those
-        ``excluding`` names for ``rules.lease_seconds`` as ``worker_id`` (one more attempt,
+        """Compare-and-set: hold the oldest due delivery of any organization and webhook
+        but those excluded for ``rules.lease_seconds`` as ``worker_id`` (one more attempt,
         a new token); None when none is claimable."""
-        parameters = {"worker_id": worker_id, "excluded": list(excluding)}
+        parameters = {
+            "worker_id": worker_id,
+            "excluded_organizations": list(excluding_organizations),
+            "excluded_webhooks": list(excluding_webhooks),
+        }
         row = self.session.execute(_claim_statement(rules), parameters).first()
         if row is None:
             return None
