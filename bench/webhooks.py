@@ -12,21 +12,33 @@ local receivers in this process, on loopback:
   while another webhook's HANG_EVENTS pings go to a receiver that never answers (each
   attempt holds a sender until the 10 s timeout). The figure is the fast receiver's time
   with the hanging one over its time alone (the two runs alternate, ROUNDS of each; the
-  medians). Target: <= 1.5.
+  medians). Target: <= 1.5. At a round's end the hanging receiver closes the connections
+  it holds, so its attempts end there: no round starts with an earlier round's attempts
+  still holding senders (a second hanging webhook that the figure does not describe).
+
+``--compare SRC`` runs a second server beside the first whose ``src`` is another folder
+(e.g. an older commit's, from ``git archive``), first on ``PYTHONPATH``; each round of B
+runs on both, in alternating order: an A/B in the same minutes.
 
 Usage: python bench/webhooks.py [--events 1000] [--fast-events 300] [--rounds 3]
+       [--compare /tmp/old/src]
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import http.server
+import os
 import threading
 import time
+from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
+from unittest import mock
 
 from _common import exit_on_sigterm, figure, median, write_results
-from _http import Api, deployment
+from _http import Api, Deployment, deployment
 
 TARGET_SECONDS = 10.0
 TARGET_RATIO = 1.5
@@ -34,11 +46,14 @@ HANG_EVENTS = 40
 
 
 class Receiver:
-    """A threaded local receiver: answers 204 at once, or (``hang``) never."""
+    """A threaded local receiver: answers 204 at once, or (``hang``) never: it holds each
+    request until it is stopped, then closes its connection."""
 
     def __init__(self, hang: bool = False) -> None:
         self.arrivals: dict[str, float] = {}
         self.lock = threading.Lock()
+        self.held = 0  # requests held unanswered now
+        self.released = threading.Event()
         receiver = self
 
         class Handler(http.server.BaseHTTPRequestHandler):
@@ -48,7 +63,8 @@ class Receiver:
             def do_POST(self) -> None:
                 self.rfile.read(int(self.headers.get("Content-Length", "0")))
                 if hang:
-                    time.sleep(60)
+                    receiver.hold()
+                    self.close_connection = True
                     return
                 with receiver.lock:
                     receiver.arrivals.setdefault(self.headers["webhook-id"], time.monotonic())
@@ -64,10 +80,25 @@ class Receiver:
         threading.Thread(target=self.server.serve_forever, daemon=True).start()
         self.url = f"http://127.0.0.1:{self.server.server_address[1]}/hook"
 
+    def hold(self) -> None:
+        """Answer nothing until stopped (or 60 s)."""
+        with self.lock:
+            self.held += 1
+        try:
+            self.released.wait(60)
+        finally:
+            with self.lock:
+                self.held -= 1
+
     def stop(self) -> None:
-        """Stop listening."""
+        """Stop listening, and let go of the requests held: their connections close, and
+        the attempts that sent them end (within 5 s)."""
+        self.released.set()
         self.server.shutdown()
         self.server.server_close()
+        deadline = time.monotonic() + 5
+        while self.held and time.monotonic() < deadline:
+            time.sleep(0.01)
 
 
 def backlog(api: Api, url: str, events: int) -> tuple[int, set[str]]:
@@ -107,45 +138,80 @@ def drain(api: Api, receiver: Receiver, events: int, with_hang: bool) -> float:
     return seconds
 
 
+@contextlib.contextmanager
+def serving(src: Path | None) -> Iterator[Deployment]:
+    """The deployment of this tree, or (``src``) of another ``src`` first on PYTHONPATH."""
+    with contextlib.ExitStack() as stack:
+        # The server's environment is read as it starts: only its start sees the path.
+        with mock.patch.dict(os.environ, {"PYTHONPATH": str(src)} if src else {}):
+            d = stack.enter_context(deployment("http://127.0.0.1:9/v1", workers=2))
+        yield d
+
+
+def isolation_rounds(
+    apis: dict[str, Api], receiver: Receiver, events: int, rounds: int
+) -> dict[str, dict[str, list[float]]]:
+    """B's rounds on each side's server: the seconds alone and with the hang, per side.
+    The kinds alternate from round to round, and so do the sides."""
+    found: dict[str, dict[str, list[float]]] = {
+        side: {"alone": [], "with_hang": []} for side in apis
+    }
+    for i in range(rounds):
+        kinds = ("alone", "with_hang") if i % 2 == 0 else ("with_hang", "alone")
+        for side in list(apis) if i % 2 == 0 else list(apis)[::-1]:
+            for kind in kinds:
+                seconds = drain(apis[side], receiver, events, kind == "with_hang")
+                found[side][kind].append(seconds)
+                print(f"B round {i + 1} {side} {kind}: {seconds:.2f} s", flush=True)
+    return found
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--events", type=int, default=1000)
     parser.add_argument("--fast-events", type=int, default=300)
     parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--compare", type=Path, default=None)
     args = parser.parse_args()
     exit_on_sigterm()
     receiver = Receiver()
-    rounds: dict[str, list[float]] = {"alone": [], "with_hang": []}
+    sources = {"this": None, "compare": args.compare} if args.compare else {"this": None}
     try:
-        with deployment("http://127.0.0.1:9/v1", workers=2) as d:
-            backlog_seconds = drain(d.api, receiver, args.events, with_hang=False)
-            print(f"A: {args.events} events delivered in {backlog_seconds:.2f} s", flush=True)
-            for i in range(args.rounds):
-                for kind in ("alone", "with_hang") if i % 2 == 0 else ("with_hang", "alone"):
-                    seconds = drain(d.api, receiver, args.fast_events, kind == "with_hang")
-                    rounds[kind].append(seconds)
-                    print(f"B round {i + 1} {kind}: {seconds:.2f} s", flush=True)
+        with contextlib.ExitStack() as stack:
+            apis = {side: stack.enter_context(serving(src)).api for side, src in sources.items()}
+            backlog = {}
+            for side, api in apis.items():
+                backlog[side] = drain(api, receiver, args.events, with_hang=False)
+                print(
+                    f"A {side}: {args.events} events delivered in {backlog[side]:.2f} s", flush=True
+                )
+            rounds = isolation_rounds(apis, receiver, args.fast_events, args.rounds)
     finally:
         receiver.stop()
-    ratio = median(rounds["with_hang"]) / median(rounds["alone"])
+    ratios = {
+        side: median(kinds["with_hang"]) / median(kinds["alone"]) for side, kinds in rounds.items()
+    }
     figures = {
         "backlog": figure(
             f"{args.events} events to one receiver, seconds (2 processes)",
-            backlog_seconds,
+            backlog["this"],
             f"<= {TARGET_SECONDS:g}",
-            backlog_seconds <= TARGET_SECONDS,
+            backlog["this"] <= TARGET_SECONDS,
         ),
         "isolation": figure(
             "fast receiver's time with a hanging one / alone",
-            ratio,
+            ratios["this"],
             f"<= {TARGET_RATIO}",
-            ratio <= TARGET_RATIO,
+            ratios["this"] <= TARGET_RATIO,
         ),
     }
+    if "compare" in ratios:
+        print(f"compare ({args.compare}): backlog {backlog['compare']:.2f} s, "
+              f"isolation {ratios['compare']:.3f}")  # fmt: skip
     write_results(
         "webhooks",
-        {"params": vars(args), "backlog_seconds": backlog_seconds, "rounds": rounds,
-         "figures": figures},
+        {"params": {**vars(args), "compare": str(args.compare) if args.compare else None},
+         "backlog_seconds": backlog, "rounds": rounds, "ratios": ratios, "figures": figures},
     )  # fmt: skip
 
 
